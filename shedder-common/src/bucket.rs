@@ -1,0 +1,225 @@
+//! Token-bucket admission in fixed point.
+//!
+//! The bucket is kept in its GCRA form: the whole state is one `u64`, the
+//! *theoretical arrival time* (TAT) in nanoseconds. A connection that costs `c`
+//! tokens moves the TAT forward by the time the bucket needs to earn `c` tokens,
+//! and is admitted if the TAT then lies no more than one full burst ahead of now.
+//! That is exactly a token bucket of depth `burst` refilled at `rate`, but one
+//! word of state lets the eBPF program update it with a single compare-and-swap,
+//! so concurrent CPUs can never admit more than the bucket holds.
+//!
+//! Units are integers so both sides compute bit-identical results:
+//! rates in milli-tokens per second, bursts and costs in milli-tokens
+//! (1000 = one token, the cost of one plain connection).
+
+const NANOS_PER_SEC: u128 = 1_000_000_000;
+
+/// One class's bucket parameters: what the operator set, and the two figures
+/// the datapath uses, derived from them by [`BucketParams::new`].
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BucketParams {
+    /// Refill rate, milli-tokens per second. Zero closes the class.
+    pub rate_milli: u64,
+    /// Bucket depth, milli-tokens.
+    pub burst_milli: u64,
+    /// Tokens one new connection costs, milli-tokens (per-model costing).
+    pub cost_milli: u64,
+    /// Nanoseconds of refill one connection consumes: `cost / rate`.
+    pub cost_ns: u64,
+    /// How far ahead of now the TAT may run: `burst / rate`.
+    pub tolerance_ns: u64,
+}
+
+impl BucketParams {
+    /// Derives the datapath figures. A rate of zero yields a closed bucket that
+    /// admits nothing; results that do not fit in 64 bits saturate.
+    pub fn new(rate_milli: u64, burst_milli: u64, cost_milli: u64) -> Self {
+        let (cost_ns, tolerance_ns) = if rate_milli == 0 {
+            (u64::MAX, 0)
+        } else {
+            (
+                ns_for_tokens(cost_milli, rate_milli),
+                ns_for_tokens(burst_milli, rate_milli),
+            )
+        };
+        Self { rate_milli, burst_milli, cost_milli, cost_ns, tolerance_ns }
+    }
+
+    /// True when the class admits no new connection at all.
+    pub fn is_closed(&self) -> bool {
+        self.rate_milli == 0
+    }
+}
+
+fn ns_for_tokens(milli_tokens: u64, rate_milli: u64) -> u64 {
+    let ns = milli_tokens as u128 * NANOS_PER_SEC / rate_milli as u128;
+    if ns > u64::MAX as u128 { u64::MAX } else { ns as u64 }
+}
+
+fn tokens_for_ns(ns: u64, rate_milli: u64) -> u64 {
+    let milli = ns as u128 * rate_milli as u128 / NANOS_PER_SEC;
+    if milli > u64::MAX as u128 { u64::MAX } else { milli as u64 }
+}
+
+/// Charges one connection against a bucket whose state is `tat`.
+///
+/// Returns the new TAT when the connection fits, `None` when the bucket is
+/// empty (the state must then be left as it was). A clock that went backwards
+/// (`now < tat` from another CPU's later reading) only makes the bucket look
+/// fuller-used, never lets it over-admit.
+#[inline(always)]
+pub fn charge(tat: u64, now: u64, params: &BucketParams) -> Option<u64> {
+    let start = if tat > now { tat } else { now };
+    let next = start.saturating_add(params.cost_ns);
+    // `next >= now` always holds, so the subtraction cannot wrap.
+    if next - now <= params.tolerance_ns { Some(next) } else { None }
+}
+
+/// Milli-tokens available right now: what the next connections may spend.
+pub fn available_milli(tat: u64, now: u64, params: &BucketParams) -> u64 {
+    if params.is_closed() {
+        return 0;
+    }
+    let debt_ns = tat.saturating_sub(now).min(params.tolerance_ns);
+    tokens_for_ns(params.tolerance_ns - debt_ns, params.rate_milli)
+}
+
+/// Translates a bucket's state when its parameters change, keeping the tokens
+/// already spent (not the nanoseconds, which mean something else at a new rate).
+/// Leaving a closed bucket starts it empty, so reopening a class ramps up at its
+/// rate instead of letting a full burst through at once.
+pub fn rescale(tat: u64, now: u64, old: &BucketParams, new: &BucketParams) -> u64 {
+    if new.is_closed() {
+        return tat;
+    }
+    let spent_milli = if old.is_closed() {
+        new.burst_milli
+    } else {
+        tokens_for_ns(tat.saturating_sub(now), old.rate_milli)
+    };
+    now.saturating_add(ns_for_tokens(spent_milli.min(new.burst_milli), new.rate_milli))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SEC: u64 = 1_000_000_000;
+
+    /// Admits connections at the given instants and returns how many got in.
+    fn admitted(params: &BucketParams, instants: impl IntoIterator<Item = u64>) -> u64 {
+        let mut tat = 0;
+        let mut count = 0;
+        for now in instants {
+            if let Some(next) = charge(tat, now, params) {
+                tat = next;
+                count += 1;
+            }
+        }
+        count
+    }
+
+    #[test]
+    fn a_full_bucket_admits_exactly_its_burst_at_one_instant() {
+        let p = BucketParams::new(10_000, 5_000, 1_000);
+        assert_eq!(admitted(&p, core::iter::repeat_n(SEC, 100)), 5);
+    }
+
+    #[test]
+    fn admissions_never_exceed_burst_plus_rate_times_elapsed() {
+        // rate 100/s, burst 20, cost 1; hammered every 100 µs for 3 s.
+        let p = BucketParams::new(100_000, 20_000, 1_000);
+        let start = 7 * SEC;
+        let n = admitted(&p, (0..30_000).map(|i| start + i * 100_000));
+        // 3 s of refill (minus the last 100 µs) plus the burst.
+        assert!(n <= 20 + 300, "admitted {n}");
+        assert!(n >= 20 + 299, "admitted {n}");
+    }
+
+    #[test]
+    fn per_connection_cost_scales_admissions_down() {
+        let cheap = BucketParams::new(50_000, 10_000, 1_000);
+        let dear = BucketParams::new(50_000, 10_000, 2_500);
+        let times = || (0..10_000).map(|i| SEC + i * 1_000_000);
+        let (a, b) = (admitted(&cheap, times()), admitted(&dear, times()));
+        // Full burst at once, then one per 20 ms over the 9.999 s that follow.
+        assert_eq!(a, 10 + 9_999 / 20);
+        assert!(b * 5 / 2 <= a && b * 5 / 2 >= a - 5, "cheap {a}, dear {b}");
+    }
+
+    #[test]
+    fn rate_zero_admits_nothing_even_when_idle() {
+        let p = BucketParams::new(0, 1_000_000, 1_000);
+        assert!(p.is_closed());
+        assert_eq!(admitted(&p, (0..1000).map(|i| i * SEC)), 0);
+        assert_eq!(available_milli(0, SEC, &p), 0);
+    }
+
+    #[test]
+    fn a_cost_larger_than_the_burst_never_fits() {
+        let p = BucketParams::new(1_000_000, 1_000, 2_000);
+        assert_eq!(charge(0, SEC, &p), None);
+    }
+
+    #[test]
+    fn time_going_backwards_never_admits_extra() {
+        let p = BucketParams::new(1_000, 2_000, 1_000);
+        let tat = charge(0, 10 * SEC, &p).unwrap();
+        let tat = charge(tat, 10 * SEC, &p).unwrap();
+        // Bucket now empty; a reading from an earlier instant must not refill it.
+        assert_eq!(charge(tat, 9 * SEC, &p), None);
+        assert_eq!(charge(tat, 0, &p), None);
+        // Refill happens only as the clock passes the debt.
+        assert!(charge(tat, 11 * SEC, &p).is_some());
+    }
+
+    #[test]
+    fn huge_values_saturate_instead_of_wrapping() {
+        let p = BucketParams::new(1, u64::MAX, u64::MAX);
+        assert_eq!(p.cost_ns, u64::MAX);
+        assert_eq!(p.tolerance_ns, u64::MAX);
+        // Fits once (cost == burst), then the TAT is pinned at the end of time.
+        let tat = charge(0, SEC, &p).unwrap();
+        assert_eq!(tat, u64::MAX);
+        assert_eq!(charge(tat, u64::MAX - 1, &p), Some(u64::MAX));
+        let huge_rate = BucketParams::new(u64::MAX, u64::MAX, 1);
+        assert_eq!(huge_rate.cost_ns, 0);
+        assert_eq!(charge(u64::MAX, u64::MAX, &huge_rate), Some(u64::MAX));
+        assert_eq!(available_milli(0, u64::MAX, &huge_rate), u64::MAX);
+    }
+
+    #[test]
+    fn available_tokens_track_spending_and_refill() {
+        let p = BucketParams::new(10_000, 5_000, 1_000);
+        assert_eq!(available_milli(0, SEC, &p), 5_000);
+        let tat = charge(0, SEC, &p).unwrap();
+        let tat = charge(tat, SEC, &p).unwrap();
+        assert_eq!(available_milli(tat, SEC, &p), 3_000);
+        assert_eq!(available_milli(tat, SEC + SEC / 10, &p), 4_000);
+        assert_eq!(available_milli(tat, 5 * SEC, &p), 5_000);
+    }
+
+    #[test]
+    fn rescale_keeps_spent_tokens_across_a_rate_change() {
+        let old = BucketParams::new(10_000, 10_000, 1_000);
+        let mut tat = 0;
+        for _ in 0..4 {
+            tat = charge(tat, SEC, &old).unwrap();
+        }
+        let new = BucketParams::new(1_000_000, 10_000, 1_000);
+        let moved = rescale(tat, SEC, &old, &new);
+        assert_eq!(available_milli(moved, SEC, &new), 6_000);
+    }
+
+    #[test]
+    fn reopening_a_closed_class_starts_empty_and_refills() {
+        let closed = BucketParams::new(0, 10_000, 1_000);
+        let open = BucketParams::new(1_000, 10_000, 1_000);
+        let tat = rescale(12345, SEC, &closed, &open);
+        assert_eq!(available_milli(tat, SEC, &open), 0);
+        assert_eq!(available_milli(tat, 2 * SEC, &open), 1_000);
+        // Closing keeps the state for when the class reopens.
+        assert_eq!(rescale(tat, SEC, &open, &closed), tat);
+    }
+}

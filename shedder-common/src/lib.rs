@@ -1,0 +1,19 @@
+//! Everything the shedder fast path and its control plane must agree on.
+//!
+//! * [`maps`]: the `#[repr(C)]` values stored in the BPF maps, and the map names.
+//! * [`bucket`]: token-bucket admission in fixed point (GCRA form, one `u64` of state).
+//! * [`classify`]: which rule wins when several select a class, and how modes combine.
+//! * [`verdict`]: what happens to a classified SYN, given mode, action and bucket.
+//! * [`checksum`]: the Internet checksum and its incremental update.
+//! * [`rewrite`]: the RST reply and the DSCP mark, byte for byte.
+//!
+//! The eBPF program calls these functions on its hot path and the host tests them
+//! exhaustively, so the arithmetic is written exactly once.
+#![cfg_attr(not(test), no_std)]
+
+pub mod bucket;
+pub mod checksum;
+pub mod classify;
+pub mod maps;
+pub mod rewrite;
+pub mod verdict;

@@ -1,0 +1,209 @@
+//! The values stored in the BPF maps, shared byte-for-byte by both sides.
+//!
+//! Configuration (`CLASSES`, `GLOBAL`, the rule maps) is written only by the
+//! daemon. Bucket state (`BUCKETS`) lives in its own map, so rewriting a class's
+//! configuration never resets what its bucket has already spent.
+
+use crate::{bucket::BucketParams, classify::Mode};
+
+/// Number of classes the datapath can hold.
+pub const MAX_CLASSES: u32 = 64;
+/// Destination-port rules are an array indexed by port.
+pub const PORT_SLOTS: u32 = 65_536;
+/// Incoming-DSCP rules are an array indexed by codepoint.
+pub const DSCP_SLOTS: u32 = 64;
+/// Capacity of each source-CIDR trie.
+pub const MAX_CIDR_RULES: u32 = 4_096;
+
+/// Map names as they appear in the eBPF object.
+pub mod names {
+    pub const GLOBAL: &str = "GLOBAL";
+    pub const CLASSES: &str = "CLASSES";
+    pub const BUCKETS: &str = "BUCKETS";
+    pub const CLASS_COUNTERS: &str = "CLASS_COUNTERS";
+    pub const PASS_COUNTERS: &str = "PASS_COUNTERS";
+    pub const SRC_V4: &str = "SRC_V4";
+    pub const SRC_V6: &str = "SRC_V6";
+    pub const DST_PORTS: &str = "DST_PORTS";
+    pub const DSCP_IN: &str = "DSCP_IN";
+}
+
+/// Program names in the eBPF object.
+pub mod programs {
+    pub const XDP: &str = "shedder_xdp";
+    pub const TC: &str = "shedder_tc";
+}
+
+/// What an over-budget SYN of a class gets.
+#[repr(u8)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Action {
+    /// Silent drop: the client's SYN retransmits become a delay tier.
+    #[default]
+    Drop = 0,
+    /// TCP RST|ACK sent straight back: `connect()` fails at once.
+    Reject = 1,
+    /// DSCP rewritten to the class's codepoint, then admitted.
+    Mark = 2,
+}
+
+impl Action {
+    pub const fn from_u8(v: u8) -> Self {
+        match v {
+            1 => Self::Reject,
+            2 => Self::Mark,
+            _ => Self::Drop,
+        }
+    }
+}
+
+/// Datapath view of one class (slot `i` of `CLASSES`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassConfig {
+    pub bucket: BucketParams,
+    /// `Mode as u8`, or [`Mode::INHERIT`] to follow the global mode.
+    pub mode: u8,
+    /// `Action as u8`.
+    pub action: u8,
+    /// Codepoint written by [`Action::Mark`] (0..=63).
+    pub mark_dscp: u8,
+    pub _pad: [u8; 5],
+}
+
+/// Which rule maps hold entries, so the datapath skips empty lookups
+/// (an LPM trie walk is the dearest step on the SYN path).
+pub mod rule_flags {
+    pub const SRC_V4: u8 = 1 << 0;
+    pub const SRC_V6: u8 = 1 << 1;
+    pub const DST_PORT: u8 = 1 << 2;
+    pub const DSCP: u8 = 1 << 3;
+}
+
+/// Slot 0 of `GLOBAL`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GlobalConfig {
+    /// `Mode as u8`. Zero (never written) means the program was loaded but
+    /// not configured yet, which behaves as [`Mode::Off`].
+    pub mode: u8,
+    /// Class of a SYN no rule selects.
+    pub default_class: u8,
+    /// [`rule_flags`] bits.
+    pub rules_present: u8,
+    pub _pad: [u8; 5],
+}
+
+impl Default for GlobalConfig {
+    fn default() -> Self {
+        Self { mode: Mode::Off as u8, default_class: 0, rules_present: 0, _pad: [0; 5] }
+    }
+}
+
+/// What happened to the classified SYNs of one class, per CPU.
+/// Every SYN lands in exactly one outcome, so the outcomes sum to `seen`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClassCounters {
+    pub seen: u64,
+    pub admitted: u64,
+    pub dropped: u64,
+    pub rejected: u64,
+    pub marked: u64,
+    /// Over budget in observe mode: counted, then passed.
+    pub would_shed: u64,
+}
+
+impl ClassCounters {
+    /// Adds another CPU's (or another snapshot's) counts.
+    pub fn add(&mut self, other: &Self) {
+        self.seen += other.seen;
+        self.admitted += other.admitted;
+        self.dropped += other.dropped;
+        self.rejected += other.rejected;
+        self.marked += other.marked;
+        self.would_shed += other.would_shed;
+    }
+}
+
+/// Why a packet was passed without being charged (index into `PASS_COUNTERS`).
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PassReason {
+    NotIp = 0,
+    NotTcp,
+    /// Any TCP segment other than a bare SYN: established flows land here.
+    NotSyn,
+    Ipv4Fragment,
+    Ipv6ExtensionHeader,
+    BadIpv4Header,
+    BadTcpHeader,
+    TruncatedEthernet,
+    TruncatedVlan,
+    TruncatedIpv4,
+    TruncatedIpv6,
+    TruncatedTcp,
+}
+
+impl PassReason {
+    pub const COUNT: u32 = 12;
+    pub const ALL: [PassReason; Self::COUNT as usize] = [
+        Self::NotIp,
+        Self::NotTcp,
+        Self::NotSyn,
+        Self::Ipv4Fragment,
+        Self::Ipv6ExtensionHeader,
+        Self::BadIpv4Header,
+        Self::BadTcpHeader,
+        Self::TruncatedEthernet,
+        Self::TruncatedVlan,
+        Self::TruncatedIpv4,
+        Self::TruncatedIpv6,
+        Self::TruncatedTcp,
+    ];
+
+    /// Stable snake_case name, used in logs and metrics labels.
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::NotIp => "not_ip",
+            Self::NotTcp => "not_tcp",
+            Self::NotSyn => "not_syn",
+            Self::Ipv4Fragment => "ipv4_fragment",
+            Self::Ipv6ExtensionHeader => "ipv6_extension_header",
+            Self::BadIpv4Header => "bad_ipv4_header",
+            Self::BadTcpHeader => "bad_tcp_header",
+            Self::TruncatedEthernet => "truncated_ethernet",
+            Self::TruncatedVlan => "truncated_vlan",
+            Self::TruncatedIpv4 => "truncated_ipv4",
+            Self::TruncatedIpv6 => "truncated_ipv6",
+            Self::TruncatedTcp => "truncated_tcp",
+        }
+    }
+}
+
+#[cfg(feature = "user")]
+mod pod {
+    // SAFETY: plain #[repr(C)] integers with explicit padding; any bit pattern is valid.
+    unsafe impl aya::Pod for super::ClassConfig {}
+    unsafe impl aya::Pod for super::GlobalConfig {}
+    unsafe impl aya::Pod for super::ClassCounters {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pass_reason_table_is_complete_and_dense() {
+        for (i, r) in PassReason::ALL.iter().enumerate() {
+            assert_eq!(*r as usize, i, "{}", r.name());
+        }
+    }
+
+    #[test]
+    fn layouts_have_no_implicit_padding() {
+        assert_eq!(core::mem::size_of::<ClassConfig>(), 48);
+        assert_eq!(core::mem::size_of::<GlobalConfig>(), 8);
+        assert_eq!(core::mem::size_of::<ClassCounters>(), 48);
+    }
+}

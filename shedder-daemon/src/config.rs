@@ -1,0 +1,393 @@
+//! The configuration file: its format, its validation, and the [`Plan`] it
+//! compiles to (exactly what goes into the BPF maps).
+//!
+//! Validation is complete before anything is written, and every error names
+//! the field at fault, so a bad file changes nothing.
+
+use std::{collections::BTreeMap, fmt, path::Path};
+
+use anyhow::Context as _;
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
+use shedder_common::{
+    bucket::BucketParams,
+    classify::{Mode, RuleTarget, target_for},
+    maps::{Action, ClassConfig, DSCP_SLOTS, GlobalConfig, MAX_CIDR_RULES, MAX_CLASSES, rule_flags},
+};
+
+/// The configuration shipped inside the binary, used when no file is given.
+pub const EMBEDDED_DEFAULT: &str = include_str!("../../config/shedder.toml");
+
+/// Fixed-point scale of rates, bursts and costs (see `shedder_common::bucket`).
+const MILLI: f64 = 1000.0;
+/// Largest rate, burst or cost accepted, in tokens: far beyond any NIC, far below overflow.
+const MAX_TOKENS: f64 = 1e12;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ModeName {
+    Off,
+    Observe,
+    Enforce,
+}
+
+impl From<ModeName> for Mode {
+    fn from(m: ModeName) -> Self {
+        match m {
+            ModeName::Off => Mode::Off,
+            ModeName::Observe => Mode::Observe,
+            ModeName::Enforce => Mode::Enforce,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ActionName {
+    Drop,
+    Reject,
+    Mark,
+}
+
+impl From<ActionName> for Action {
+    fn from(a: ActionName) -> Self {
+        match a {
+            ActionName::Drop => Action::Drop,
+            ActionName::Reject => Action::Reject,
+            ActionName::Mark => Action::Mark,
+        }
+    }
+}
+
+/// The whole file.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Global mode; a class may override it.
+    #[serde(default = "default_mode")]
+    pub mode: ModeName,
+    /// Class of a SYN that no rule selects.
+    pub default_class: String,
+    #[serde(rename = "class")]
+    pub classes: Vec<ClassSpec>,
+    #[serde(rename = "rule", default)]
+    pub rules: Vec<RuleSpec>,
+}
+
+fn default_mode() -> ModeName {
+    ModeName::Observe
+}
+
+fn one_token() -> f64 {
+    1.0
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassSpec {
+    pub name: String,
+    /// Tokens per second; 0 closes the class to new connections.
+    pub rate: f64,
+    /// Bucket depth, tokens.
+    pub burst: f64,
+    /// Tokens one new connection costs.
+    #[serde(default = "one_token")]
+    pub cost: f64,
+    pub action: ActionName,
+    /// Codepoint written by `action = "mark"`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mark_dscp: Option<u8>,
+    /// Overrides the global mode for this class.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<ModeName>,
+}
+
+/// Selects `class` by exactly one of the match fields.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleSpec {
+    pub class: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub src_cidr: Option<IpNet>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dst_port: Option<u16>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dscp: Option<u8>,
+}
+
+/// A validation failure, naming the field (`class[2].burst`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+fn fail<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError { field: field.into(), message: message.into() })
+}
+
+/// Everything the datapath maps should hold, keyed as the maps key it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub global: GlobalConfig,
+    /// Slot `i` of the CLASSES map.
+    pub classes: Vec<ClassConfig>,
+    pub class_names: Vec<String>,
+    /// (prefix length, network address) -> target.
+    pub src_v4: BTreeMap<(u32, [u8; 4]), RuleTarget>,
+    pub src_v6: BTreeMap<(u32, [u8; 16]), RuleTarget>,
+    pub dst_ports: BTreeMap<u16, RuleTarget>,
+    pub dscp: BTreeMap<u8, RuleTarget>,
+}
+
+impl Config {
+    /// Parses TOML; syntax and type errors carry toml's line and column.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        toml::from_str(text).map_err(|e| anyhow::anyhow!("invalid config: {e}"))
+    }
+
+    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("in {}", path.display()))
+    }
+
+    pub fn embedded_default() -> Self {
+        Self::parse(EMBEDDED_DEFAULT).expect("the embedded default config parses")
+    }
+
+    /// Validates the whole file and compiles it into map contents.
+    pub fn plan(&self) -> Result<Plan, ConfigError> {
+        let mut plan = Plan::default();
+        if self.classes.is_empty() {
+            return fail("class", "at least one class is required");
+        }
+        if self.classes.len() > MAX_CLASSES as usize {
+            return fail("class", format!("{} classes; the datapath holds {MAX_CLASSES}", self.classes.len()));
+        }
+        for (i, class) in self.classes.iter().enumerate() {
+            let field = |name: &str| format!("class[{i}].{name}");
+            if class.name.trim().is_empty() {
+                return fail(field("name"), "must not be empty");
+            }
+            if let Some(j) = plan.class_names.iter().position(|n| *n == class.name) {
+                return fail(field("name"), format!("\"{}\" is already the name of class[{j}]", class.name));
+            }
+            plan.classes.push(class_config(class, &field)?);
+            plan.class_names.push(class.name.clone());
+        }
+        let Some(default) = plan.class_names.iter().position(|n| *n == self.default_class) else {
+            return fail("default_class", format!("no class is named \"{}\"", self.default_class));
+        };
+        plan.global = GlobalConfig {
+            mode: Mode::from(self.mode) as u8,
+            default_class: default as u8,
+            ..GlobalConfig::default()
+        };
+        for (i, rule) in self.rules.iter().enumerate() {
+            add_rule(&mut plan, i, rule)?;
+        }
+        let flags = [
+            (!plan.src_v4.is_empty(), rule_flags::SRC_V4),
+            (!plan.src_v6.is_empty(), rule_flags::SRC_V6),
+            (!plan.dst_ports.is_empty(), rule_flags::DST_PORT),
+            (!plan.dscp.is_empty(), rule_flags::DSCP),
+        ];
+        plan.global.rules_present = flags.iter().filter(|(on, _)| *on).fold(0, |acc, (_, bit)| acc | bit);
+        Ok(plan)
+    }
+}
+
+/// Converts tokens to milli-tokens, refusing values the fixed point cannot hold.
+fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, ConfigError> {
+    if !value.is_finite() || value < 0.0 || value > MAX_TOKENS {
+        return fail(field, format!("must be a number between 0 and {MAX_TOKENS:e}, got {value}"));
+    }
+    let scaled = (value * MILLI).round() as u64;
+    if scaled == 0 && !(allow_zero && value == 0.0) {
+        return fail(field, format!("{value} is below the resolution of 0.001 tokens"));
+    }
+    Ok(scaled)
+}
+
+fn class_config(class: &ClassSpec, field: &dyn Fn(&str) -> String) -> Result<ClassConfig, ConfigError> {
+    let rate = milli(class.rate, &field("rate"), true)?;
+    let burst = milli(class.burst, &field("burst"), false)?;
+    let cost = milli(class.cost, &field("cost"), false)?;
+    if burst < cost {
+        return fail(
+            field("burst"),
+            format!("{} is smaller than the cost of one connection ({}): nothing could ever be admitted", class.burst, class.cost),
+        );
+    }
+    if let Some(dscp) = class.mark_dscp
+        && dscp >= DSCP_SLOTS as u8
+    {
+        return fail(field("mark_dscp"), format!("{dscp} is not a DSCP codepoint (0..=63)"));
+    }
+    let mark_dscp = match (class.action, class.mark_dscp) {
+        (ActionName::Mark, None) => return fail(field("mark_dscp"), "required when action = \"mark\""),
+        (_, dscp) => dscp.unwrap_or(0),
+    };
+    Ok(ClassConfig {
+        bucket: BucketParams::new(rate, burst, cost),
+        mode: class.mode.map_or(Mode::INHERIT, |m| Mode::from(m) as u8),
+        action: Action::from(class.action) as u8,
+        mark_dscp,
+        _pad: [0; 5],
+    })
+}
+
+fn add_rule(plan: &mut Plan, i: usize, rule: &RuleSpec) -> Result<(), ConfigError> {
+    let field = |name: &str| format!("rule[{i}].{name}");
+    let Some(class) = plan.class_names.iter().position(|n| *n == rule.class) else {
+        return fail(field("class"), format!("no class is named \"{}\"", rule.class));
+    };
+    let target = target_for(class as u32);
+    let duplicate = |what: String| fail(format!("rule[{i}]"), format!("{what} is already matched by an earlier rule"));
+    match (rule.src_cidr, rule.dst_port, rule.dscp) {
+        (Some(net), None, None) => {
+            if net.trunc() != net {
+                return fail(field("src_cidr"), format!("{net} has host bits set; did you mean {}?", net.trunc()));
+            }
+            let previous = match net {
+                IpNet::V4(v4) => plan.src_v4.insert((v4.prefix_len() as u32, v4.network().octets()), target),
+                IpNet::V6(v6) => plan.src_v6.insert((v6.prefix_len() as u32, v6.network().octets()), target),
+            };
+            if previous.is_some() {
+                return duplicate(format!("source {net}"));
+            }
+            if plan.src_v4.len().max(plan.src_v6.len()) > MAX_CIDR_RULES as usize {
+                return fail(field("src_cidr"), format!("more than {MAX_CIDR_RULES} CIDR rules per address family"));
+            }
+        }
+        (None, Some(port), None) => {
+            if plan.dst_ports.insert(port, target).is_some() {
+                return duplicate(format!("destination port {port}"));
+            }
+        }
+        (None, None, Some(dscp)) => {
+            if dscp >= DSCP_SLOTS as u8 {
+                return fail(field("dscp"), format!("{dscp} is not a DSCP codepoint (0..=63)"));
+            }
+            if plan.dscp.insert(dscp, target).is_some() {
+                return duplicate(format!("DSCP {dscp}"));
+            }
+        }
+        _ => return fail(format!("rule[{i}]"), "needs exactly one of src_cidr, dst_port or dscp"),
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BASE: &str = r#"
+        mode = "enforce"
+        default_class = "web"
+        [[class]]
+        name = "web"
+        rate = 100
+        burst = 10
+        action = "reject"
+        [[class]]
+        name = "batch"
+        rate = 0.5
+        burst = 2
+        cost = 2
+        action = "drop"
+        mode = "observe"
+        [[rule]]
+        class = "batch"
+        src_cidr = "10.1.0.0/16"
+        [[rule]]
+        class = "web"
+        dst_port = 8000
+    "#;
+
+    fn plan_of(extra: &str) -> Result<Plan, String> {
+        let text = format!("{BASE}\n{extra}");
+        Config::parse(&text).map_err(|e| format!("{e:#}"))?.plan().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_embedded_default_is_valid() {
+        let plan = Config::embedded_default().plan().unwrap();
+        assert!(plan.classes.len() >= 2);
+    }
+
+    #[test]
+    fn a_valid_file_compiles_to_map_contents() {
+        let plan = plan_of("").unwrap();
+        assert_eq!(plan.class_names, ["web", "batch"]);
+        assert_eq!(plan.global.mode, Mode::Enforce as u8);
+        assert_eq!(plan.global.default_class, 0);
+        assert_eq!(plan.global.rules_present, rule_flags::SRC_V4 | rule_flags::DST_PORT);
+        let batch = plan.classes[1];
+        assert_eq!(batch.bucket, BucketParams::new(500, 2000, 2000));
+        assert_eq!(batch.mode, Mode::Observe as u8);
+        assert_eq!(batch.action, Action::Drop as u8);
+        assert_eq!(plan.src_v4[&(16, [10, 1, 0, 0])], target_for(1));
+        assert_eq!(plan.dst_ports[&8000], target_for(0));
+    }
+
+    #[test]
+    fn every_error_names_its_field() {
+        let rows = [
+            ("[[class]]\nname = \"web\"\nrate = 1\nburst = 1\naction = \"drop\"", "class[2].name"),
+            ("[[class]]\nname = \"x\"\nrate = -1\nburst = 1\naction = \"drop\"", "class[2].rate"),
+            ("[[class]]\nname = \"x\"\nrate = 1\nburst = 0.5\naction = \"drop\"", "class[2].burst"),
+            ("[[class]]\nname = \"x\"\nrate = 1\nburst = 1\ncost = 0\naction = \"drop\"", "class[2].cost"),
+            ("[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"mark\"", "class[2].mark_dscp"),
+            ("[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"mark\"\nmark_dscp = 64", "class[2].mark_dscp"),
+            ("[[class]]\nname = \"x\"\nrate = 0.0001\nburst = 1\naction = \"drop\"", "class[2].rate"),
+            ("[[rule]]\nclass = \"nope\"\ndst_port = 1", "rule[2].class"),
+            ("[[rule]]\nclass = \"web\"\ndst_port = 8000", "rule[2]"),
+            ("[[rule]]\nclass = \"web\"\ndst_port = 1\ndscp = 3", "rule[2]"),
+            ("[[rule]]\nclass = \"web\"", "rule[2]"),
+            ("[[rule]]\nclass = \"web\"\nsrc_cidr = \"10.1.2.3/16\"", "rule[2].src_cidr"),
+            ("[[rule]]\nclass = \"web\"\ndscp = 99", "rule[2].dscp"),
+        ];
+        for (extra, field) in rows {
+            let err = plan_of(extra).unwrap_err();
+            assert!(err.starts_with(&format!("{field}:")), "expected {field}, got: {err}");
+        }
+    }
+
+    #[test]
+    fn syntax_type_and_unknown_field_errors_point_at_the_key() {
+        for (text, needle) in [
+            ("default_class = \"a\"\n[[class]]\nname = \"a\"\nrate = \"fast\"\nburst = 1\naction = \"drop\"", "rate"),
+            ("default_class = \"a\"\n[[class]]\nname = \"a\"\nrate = 1\nburst = 1\naction = \"shove\"", "action"),
+            ("default_class = \"a\"\n[[class]]\nname = \"a\"\nrte = 1\nburst = 1\naction = \"drop\"", "rte"),
+            ("mode = \"sometimes\"\ndefault_class = \"a\"\nclass = []", "mode"),
+        ] {
+            let err = format!("{:#}", Config::parse(text).unwrap_err());
+            assert!(err.contains(needle), "{needle} not in: {err}");
+        }
+        let err = Config::parse("default_class = \"a\"\nclass = []").unwrap().plan().unwrap_err();
+        assert_eq!(err.field, "class");
+        let err = Config::parse("default_class = \"zz\"\n[[class]]\nname = \"a\"\nrate = 1\nburst = 1\naction = \"drop\"")
+            .unwrap()
+            .plan()
+            .unwrap_err();
+        assert_eq!(err.field, "default_class");
+    }
+
+    #[test]
+    fn ipv6_cidrs_and_dscp_rules_set_their_flags() {
+        let plan = plan_of("[[rule]]\nclass = \"web\"\nsrc_cidr = \"fd00::/8\"\n[[rule]]\nclass = \"batch\"\ndscp = 8").unwrap();
+        assert_ne!(plan.global.rules_present & rule_flags::SRC_V6, 0);
+        assert_ne!(plan.global.rules_present & rule_flags::DSCP, 0);
+        assert_eq!(plan.dscp[&8], target_for(1));
+    }
+}

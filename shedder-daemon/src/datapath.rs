@@ -1,0 +1,282 @@
+//! The eBPF fast path from user space: load it, attach it, program its maps
+//! from a [`Plan`], and read its counters back.
+
+use std::{collections::BTreeMap, fmt};
+
+use anyhow::{Context as _, anyhow};
+use aya::{
+    Ebpf, Pod,
+    maps::{Array, LpmTrie, Map, PerCpuArray, lpm_trie::Key},
+    util::KernelVersion,
+    programs::{SchedClassifier, TcAttachType, Xdp, XdpMode, tc},
+};
+use shedder_common::{
+    bucket::{self, BucketParams},
+    classify::RuleTarget,
+    maps::{ClassConfig, ClassCounters, GlobalConfig, MAX_CLASSES, PassReason, names, programs},
+};
+
+use crate::{clock::monotonic_ns, config::Plan};
+
+/// The object built from `shedder-ebpf` by this crate's build script.
+static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/shedder"));
+
+/// Which hook the user asked for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AttachKind {
+    /// XDP, native where the driver supports it, else generic.
+    Xdp,
+    /// TC ingress (TCX on kernels >= 6.6, else clsact), for drivers without good XDP.
+    Tc,
+}
+
+/// Which hook the program actually runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attachment {
+    XdpNative,
+    XdpGeneric,
+    Tcx,
+    TcClsact,
+}
+
+impl fmt::Display for Attachment {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::XdpNative => "xdp (native)",
+            Self::XdpGeneric => "xdp (generic)",
+            Self::Tcx => "tc ingress (tcx)",
+            Self::TcClsact => "tc ingress (clsact)",
+        })
+    }
+}
+
+/// A class's counters and bucket, as read back from the maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClassSnapshot {
+    pub name: String,
+    pub counters: ClassCounters,
+    /// Milli-tokens left in the bucket right now.
+    pub available_milli: u64,
+    pub bucket: BucketParams,
+}
+
+/// The loaded programs and their maps. Dropping it detaches everything.
+pub struct Datapath {
+    ebpf: Ebpf,
+    /// What the maps hold now; `None` until the first [`Datapath::apply`].
+    applied: Option<Plan>,
+}
+
+fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut Map> {
+    ebpf.map_mut(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
+}
+
+fn map<'a>(ebpf: &'a Ebpf, name: &str) -> anyhow::Result<&'a Map> {
+    ebpf.map(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
+}
+
+impl Datapath {
+    /// Loads both programs into the kernel (the verifier checks them now).
+    pub fn load() -> anyhow::Result<Self> {
+        let mut ebpf = Ebpf::load(OBJECT).context("loading the shedder eBPF object")?;
+        let xdp: &mut Xdp = ebpf.program_mut(programs::XDP).context("no XDP program")?.try_into()?;
+        xdp.load().context("loading the XDP program (verifier)")?;
+        let tc: &mut SchedClassifier = ebpf.program_mut(programs::TC).context("no TC program")?.try_into()?;
+        tc.load().context("loading the TC program (verifier)")?;
+        Ok(Self { ebpf, applied: None })
+    }
+
+    /// Starts forwarding the fast path's rare diagnostics to the `log` crate.
+    pub fn take_logger(&mut self) -> anyhow::Result<aya_log::EbpfLogger<&'static dyn log::Log>> {
+        aya_log::EbpfLogger::init(&mut self.ebpf).context("setting up the eBPF log ring")
+    }
+
+    pub fn xdp(&self) -> &Xdp {
+        self.ebpf.program(programs::XDP).and_then(|p| p.try_into().ok()).expect("loaded in load()")
+    }
+
+    pub fn tc(&self) -> &SchedClassifier {
+        self.ebpf.program(programs::TC).and_then(|p| p.try_into().ok()).expect("loaded in load()")
+    }
+
+    /// Attaches to `iface`; XDP tries native mode first and falls back to generic.
+    pub fn attach(&mut self, iface: &str, kind: AttachKind) -> anyhow::Result<Attachment> {
+        match kind {
+            AttachKind::Xdp => {
+                let xdp: &mut Xdp = self.ebpf.program_mut(programs::XDP).context("no XDP program")?.try_into()?;
+                match xdp.attach(iface, XdpMode::Driver) {
+                    Ok(_) => Ok(Attachment::XdpNative),
+                    Err(native) => {
+                        xdp.attach(iface, XdpMode::Skb).with_context(|| {
+                            format!("attaching XDP to {iface}: native mode failed ({native}), generic mode too")
+                        })?;
+                        Ok(Attachment::XdpGeneric)
+                    }
+                }
+            }
+            AttachKind::Tc => {
+                let prog: &mut SchedClassifier =
+                    self.ebpf.program_mut(programs::TC).context("no TC program")?.try_into()?;
+                // aya picks TCX on kernels >= 6.6; older ones need a clsact qdisc.
+                match prog.attach(iface, TcAttachType::Ingress) {
+                    Ok(_) if has_tcx() => Ok(Attachment::Tcx),
+                    Ok(_) => Ok(Attachment::TcClsact),
+                    Err(first) => {
+                        if let Err(e) = tc::qdisc_add_clsact(iface)
+                            && !matches!(&e, tc::TcError::AlreadyAttached)
+                        {
+                            return Err(anyhow!("attaching TC to {iface}: {first}; adding clsact: {e}"));
+                        }
+                        prog.attach_with_options(iface, TcAttachType::Ingress, tc::TcAttachOptions::Netlink(Default::default()))
+                            .with_context(|| format!("attaching TC to {iface} (after {first})"))?;
+                        Ok(Attachment::TcClsact)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Makes the maps hold `plan`, writing only what differs from the last
+    /// plan applied. Bucket state survives: a class whose budget changes keeps
+    /// the tokens it has spent, rescaled to the new rate.
+    pub fn apply(&mut self, plan: &Plan) -> anyhow::Result<()> {
+        let previous = self.applied.take();
+        let result = self.write_plan(previous.as_ref(), plan);
+        self.applied = if result.is_ok() { Some(plan.clone()) } else { previous };
+        result
+    }
+
+    fn write_plan(&mut self, previous: Option<&Plan>, plan: &Plan) -> anyhow::Result<()> {
+        let empty = Plan::default();
+        let previous = previous.unwrap_or(&empty);
+        self.write_classes(previous, plan)?;
+        let ebpf = &mut self.ebpf;
+        sync_lpm(map_mut(ebpf, names::SRC_V4)?, &previous.src_v4, &plan.src_v4)?;
+        sync_lpm(map_mut(ebpf, names::SRC_V6)?, &previous.src_v6, &plan.src_v6)?;
+        sync_array(map_mut(ebpf, names::DST_PORTS)?, &previous.dst_ports, &plan.dst_ports)?;
+        sync_array(map_mut(ebpf, names::DSCP_IN)?, &previous.dscp, &plan.dscp)?;
+        // Last, so the rule-presence flags never point at rules not yet written.
+        if previous.global != plan.global || self.applied.is_none() {
+            let mut global: Array<_, GlobalConfig> = Array::try_from(map_mut(ebpf, names::GLOBAL)?)?;
+            global.set(0, plan.global, 0)?;
+        }
+        Ok(())
+    }
+
+    fn write_classes(&mut self, previous: &Plan, plan: &Plan) -> anyhow::Result<()> {
+        let changed: Vec<(u32, ClassConfig, Option<&ClassConfig>)> = (0..MAX_CLASSES)
+            .filter_map(|slot| {
+                let new = plan.classes.get(slot as usize).copied().unwrap_or_default();
+                let old = previous.classes.get(slot as usize);
+                (old != Some(&new)).then_some((slot, new, old))
+            })
+            .collect();
+        // New bucket states first: a class new to its slot starts full (TAT 0);
+        // one whose budget changed keeps what it spent, rescaled.
+        let now = monotonic_ns();
+        let mut tats = Vec::new();
+        {
+            let buckets: Array<_, u64> = Array::try_from(map(&self.ebpf, names::BUCKETS)?)?;
+            for (slot, new, old) in &changed {
+                match old {
+                    None => tats.push((*slot, 0)),
+                    Some(old) if old.bucket != new.bucket => {
+                        tats.push((*slot, bucket::rescale(buckets.get(slot, 0)?, now, &old.bucket, &new.bucket)))
+                    }
+                    Some(_) => {}
+                }
+            }
+        }
+        let mut buckets: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, names::BUCKETS)?)?;
+        for (slot, tat) in tats {
+            buckets.set(slot, tat, 0)?;
+        }
+        let mut classes: Array<_, ClassConfig> = Array::try_from(map_mut(&mut self.ebpf, names::CLASSES)?)?;
+        for (slot, new, _) in changed {
+            classes.set(slot, new, 0)?;
+        }
+        Ok(())
+    }
+
+    /// Counters summed over CPUs, and bucket fill, for every configured class.
+    pub fn class_snapshots(&self) -> anyhow::Result<Vec<ClassSnapshot>> {
+        let Some(plan) = &self.applied else { return Ok(Vec::new()) };
+        let counters: PerCpuArray<_, ClassCounters> = PerCpuArray::try_from(map(&self.ebpf, names::CLASS_COUNTERS)?)?;
+        let buckets: Array<_, u64> = Array::try_from(map(&self.ebpf, names::BUCKETS)?)?;
+        let now = monotonic_ns();
+        plan.class_names
+            .iter()
+            .zip(&plan.classes)
+            .enumerate()
+            .map(|(slot, (name, config))| {
+                let slot = slot as u32;
+                let mut total = ClassCounters::default();
+                for cpu in counters.get(&slot, 0)?.iter() {
+                    total.add(cpu);
+                }
+                let tat = buckets.get(&slot, 0)?;
+                Ok(ClassSnapshot {
+                    name: name.clone(),
+                    counters: total,
+                    available_milli: bucket::available_milli(tat, now, &config.bucket),
+                    bucket: config.bucket,
+                })
+            })
+            .collect()
+    }
+
+    /// Packets passed uncharged, by reason, summed over CPUs.
+    pub fn pass_counters(&self) -> anyhow::Result<Vec<(PassReason, u64)>> {
+        let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map(&self.ebpf, names::PASS_COUNTERS)?)?;
+        PassReason::ALL
+            .iter()
+            .map(|reason| Ok((*reason, counters.get(&(*reason as u32), 0)?.iter().sum())))
+            .collect()
+    }
+
+    /// The plan the maps hold, if any was applied.
+    pub fn applied(&self) -> Option<&Plan> {
+        self.applied.as_ref()
+    }
+}
+
+/// Whether aya attached TC through TCX (kernels >= 6.6) rather than clsact.
+fn has_tcx() -> bool {
+    KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0))
+}
+
+/// Brings an array map indexed by a small key from `old` to `new`.
+fn sync_array<K: Copy + Into<u32> + Ord>(
+    map: &mut Map,
+    old: &BTreeMap<K, RuleTarget>,
+    new: &BTreeMap<K, RuleTarget>,
+) -> anyhow::Result<()> {
+    let mut array: Array<_, RuleTarget> = Array::try_from(map)?;
+    for (key, target) in new {
+        if old.get(key) != Some(target) {
+            array.set((*key).into(), *target, 0)?;
+        }
+    }
+    for key in old.keys().filter(|k| !new.contains_key(k)) {
+        array.set((*key).into(), 0, 0)?;
+    }
+    Ok(())
+}
+
+/// Brings an LPM trie from `old` to `new`.
+fn sync_lpm<A: Pod + Ord>(
+    map: &mut Map,
+    old: &BTreeMap<(u32, A), RuleTarget>,
+    new: &BTreeMap<(u32, A), RuleTarget>,
+) -> anyhow::Result<()> {
+    let mut trie: LpmTrie<_, A, RuleTarget> = LpmTrie::try_from(map)?;
+    for ((len, addr), target) in new {
+        if old.get(&(*len, *addr)) != Some(target) {
+            trie.insert(&Key::new(*len, *addr), *target, 0)?;
+        }
+    }
+    for (len, addr) in old.keys().filter(|k| !new.contains_key(k)) {
+        trie.remove(&Key::new(*len, *addr))?;
+    }
+    Ok(())
+}

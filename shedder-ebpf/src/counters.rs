@@ -1,0 +1,30 @@
+//! Per-CPU counters: one outcome per classified SYN, one reason per passed packet.
+
+use shedder_common::{maps::PassReason, verdict::Outcome};
+
+use crate::maps::{CLASS_COUNTERS, PASS_COUNTERS};
+
+#[inline(always)]
+pub fn count_pass(reason: PassReason) {
+    if let Some(n) = PASS_COUNTERS.get_ptr_mut(reason as u32) {
+        // SAFETY: per-CPU slot; nothing else on this CPU runs concurrently.
+        unsafe { *n += 1 };
+    }
+}
+
+#[inline(always)]
+pub fn count_outcome(class: u32, outcome: Outcome) {
+    let Some(c) = CLASS_COUNTERS.get_ptr_mut(class) else {
+        return;
+    };
+    // SAFETY: per-CPU slot; nothing else on this CPU runs concurrently.
+    let c = unsafe { &mut *c };
+    c.seen += 1;
+    match outcome {
+        Outcome::Admitted => c.admitted += 1,
+        Outcome::Dropped => c.dropped += 1,
+        Outcome::Rejected => c.rejected += 1,
+        Outcome::Marked => c.marked += 1,
+        Outcome::WouldShed => c.would_shed += 1,
+    }
+}

@@ -1,0 +1,134 @@
+//! shedder's fast path: admission of new TCP connections, per class, at the NIC.
+//!
+//! Split like Katran's balancer: [`parse`] finds a bare SYN, [`classify`] maps
+//! it to a class, [`bucket`] charges the class's token bucket, [`act`] rewrites
+//! the packet for reject and mark. The XDP and TC entry points below share all
+//! of it and differ only in how they send a reply.
+#![no_std]
+#![no_main]
+#![feature(core_intrinsics)]
+#![allow(internal_features)]
+
+mod act;
+mod bucket;
+mod classify;
+mod counters;
+mod frame;
+mod maps;
+mod parse;
+
+use aya_ebpf::{
+    EbpfContext,
+    bindings::{TC_ACT_OK, TC_ACT_SHOT, xdp_action},
+    helpers::{bpf_redirect, bpf_skb_change_tail, bpf_xdp_adjust_tail},
+    macros::{classifier, xdp},
+    programs::{TcContext, XdpContext},
+};
+use aya_log_ebpf::warn;
+use shedder_common::{
+    classify::effective_mode,
+    maps::Action,
+    verdict::{Outcome, charges_bucket, decide},
+};
+
+use crate::{bucket::Charge, frame::Frame};
+
+/// What the attachment must do with the frame.
+enum Verdict {
+    Pass,
+    Drop,
+    /// The frame now holds a reply of this many bytes, to send back out.
+    Reply(usize),
+}
+
+#[inline(always)]
+fn admit<C: EbpfContext>(ctx: &C, frame: &Frame) -> Verdict {
+    let syn = match parse::parse(frame) {
+        Ok(syn) => syn,
+        Err(reason) => {
+            counters::count_pass(reason);
+            return Verdict::Pass;
+        }
+    };
+    let Some(global) = maps::GLOBAL.get(0) else {
+        return Verdict::Pass;
+    };
+    let class = classify::class_of(&syn, global);
+    let Some(config) = maps::CLASSES.get(class) else {
+        return Verdict::Pass;
+    };
+    let mode = effective_mode(global.mode, config.mode);
+    let fits = !charges_bucket(mode)
+        || match bucket::charge_class(class, &config.bucket) {
+            Charge::Fits => true,
+            Charge::Empty => false,
+            Charge::Contended => {
+                warn!(ctx, "class {} bucket contended; judged empty", class);
+                false
+            }
+        };
+    let action = Action::from_u8(config.action);
+    let outcome = decide(mode, action, fits);
+    counters::count_outcome(class, outcome);
+    match outcome {
+        Outcome::Admitted | Outcome::WouldShed => Verdict::Pass,
+        Outcome::Dropped => Verdict::Drop,
+        Outcome::Marked => {
+            act::mark(frame, &syn, config.mark_dscp);
+            Verdict::Pass
+        }
+        Outcome::Rejected => match act::write_rst(frame, &syn) {
+            Some(len) => Verdict::Reply(len),
+            None => Verdict::Drop,
+        },
+    }
+}
+
+#[xdp]
+pub fn shedder_xdp(ctx: XdpContext) -> u32 {
+    let frame = Frame::new(ctx.data(), ctx.data_end());
+    match admit(&ctx, &frame) {
+        Verdict::Pass => xdp_action::XDP_PASS,
+        Verdict::Drop => xdp_action::XDP_DROP,
+        Verdict::Reply(len) => {
+            let delta = len as i32 - frame.len() as i32;
+            // SAFETY: shrinking the tail of the frame this program owns.
+            if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
+                warn!(&ctx, "could not trim RST to {} bytes; dropped", len);
+                return xdp_action::XDP_DROP;
+            }
+            xdp_action::XDP_TX
+        }
+    }
+}
+
+#[classifier]
+pub fn shedder_tc(ctx: TcContext) -> i32 {
+    let frame = Frame::new(ctx.data(), ctx.data_end());
+    match admit(&ctx, &frame) {
+        Verdict::Pass => TC_ACT_OK,
+        Verdict::Drop => TC_ACT_SHOT,
+        Verdict::Reply(len) => {
+            // SAFETY: resizing and redirecting the skb this program was handed.
+            unsafe {
+                if bpf_skb_change_tail(ctx.skb.skb, len as u32, 0) != 0 {
+                    warn!(&ctx, "could not trim RST to {} bytes; dropped", len);
+                    return TC_ACT_SHOT;
+                }
+                // Out of the interface it came in on: the TC twin of XDP_TX.
+                bpf_redirect((*ctx.skb.skb).ifindex, 0) as i32
+            }
+        }
+    }
+}
+
+#[cfg(not(test))]
+#[panic_handler]
+fn panic(_info: &core::panic::PanicInfo) -> ! {
+    // SAFETY: the verifier rejects any program that could reach a panic.
+    unsafe { core::hint::unreachable_unchecked() }
+}
+
+#[unsafe(link_section = "license")]
+#[unsafe(no_mangle)]
+static LICENSE: [u8; 13] = *b"Dual MIT/GPL\0";

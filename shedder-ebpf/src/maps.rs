@@ -1,0 +1,42 @@
+//! The maps the daemon writes (configuration, rules) and reads (counters).
+//! Layouts and names come from `shedder_common::maps`.
+
+use aya_ebpf::{
+    macros::map,
+    maps::{Array, LpmTrie, PerCpuArray},
+};
+use shedder_common::{
+    classify::RuleTarget,
+    maps::{
+        ClassConfig, ClassCounters, DSCP_SLOTS, GlobalConfig, MAX_CIDR_RULES, MAX_CLASSES,
+        PORT_SLOTS, PassReason,
+    },
+};
+
+#[map]
+pub static GLOBAL: Array<GlobalConfig> = Array::with_max_entries(1, 0);
+
+#[map]
+pub static CLASSES: Array<ClassConfig> = Array::with_max_entries(MAX_CLASSES, 0);
+
+/// One TAT per class (see `shedder_common::bucket`), shared by all CPUs.
+#[map]
+pub static BUCKETS: Array<u64> = Array::with_max_entries(MAX_CLASSES, 0);
+
+#[map]
+pub static CLASS_COUNTERS: PerCpuArray<ClassCounters> = PerCpuArray::with_max_entries(MAX_CLASSES, 0);
+
+#[map]
+pub static PASS_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(PassReason::COUNT, 0);
+
+#[map]
+pub static SRC_V4: LpmTrie<[u8; 4], RuleTarget> = LpmTrie::with_max_entries(MAX_CIDR_RULES, 0);
+
+#[map]
+pub static SRC_V6: LpmTrie<[u8; 16], RuleTarget> = LpmTrie::with_max_entries(MAX_CIDR_RULES, 0);
+
+#[map]
+pub static DST_PORTS: Array<RuleTarget> = Array::with_max_entries(PORT_SLOTS, 0);
+
+#[map]
+pub static DSCP_IN: Array<RuleTarget> = Array::with_max_entries(DSCP_SLOTS, 0);

@@ -1,0 +1,135 @@
+//! Parse: Ethernet (with one 802.1Q tag), IPv4 or IPv6, TCP.
+//!
+//! Only a bare SYN (SYN set, ACK clear) comes out as [`Syn`]; everything else
+//! is a [`PassReason`], so established flows are never charged or touched.
+
+use network_types::{
+    eth::EthHdr,
+    ip::{Ipv4Hdr, Ipv6Hdr},
+    tcp::TcpHdr,
+    vlan::VlanHdr,
+};
+use shedder_common::{
+    maps::PassReason,
+    rewrite::{IPPROTO_TCP, SynFacts, dscp_of},
+};
+
+use crate::frame::Frame;
+
+const ETH_P_IP: u16 = 0x0800;
+const ETH_P_IPV6: u16 = 0x86dd;
+const ETH_P_8021Q: u16 = 0x8100;
+const ETH_P_8021AD: u16 = 0x88a8;
+const IPV4_FRAG_OFFSET: u16 = 0x1fff;
+
+/// The SYN's addresses; the source is what CIDR rules key on.
+#[derive(Clone, Copy)]
+pub enum Addrs {
+    V4 { src: [u8; 4], dst: [u8; 4] },
+    V6 { src: [u8; 16], dst: [u8; 16] },
+}
+
+/// A new connection attempt, with everything classify and act need.
+pub struct Syn {
+    /// Offset of the IP header.
+    pub l3: usize,
+    pub addrs: Addrs,
+    pub dscp: u8,
+    pub facts: SynFacts,
+}
+
+#[inline(always)]
+fn be16(bytes: [u8; 2]) -> u16 {
+    u16::from_be_bytes(bytes)
+}
+
+#[inline(always)]
+pub fn parse(frame: &Frame) -> Result<Syn, PassReason> {
+    let eth: EthHdr = frame.read(0).ok_or(PassReason::TruncatedEthernet)?;
+    let mut l3 = EthHdr::LEN;
+    let mut ether_type = u16::from_be(eth.ether_type);
+    if ether_type == ETH_P_8021Q || ether_type == ETH_P_8021AD {
+        let vlan: VlanHdr = frame.read(l3).ok_or(PassReason::TruncatedVlan)?;
+        ether_type = u16::from_be(vlan.ether_type);
+        l3 += VlanHdr::LEN;
+    }
+    match ether_type {
+        ETH_P_IP => parse_ipv4(frame, l3),
+        ETH_P_IPV6 => parse_ipv6(frame, l3),
+        _ => Err(PassReason::NotIp),
+    }
+}
+
+#[inline(always)]
+fn parse_ipv4(frame: &Frame, l3: usize) -> Result<Syn, PassReason> {
+    let ip: Ipv4Hdr = frame.read(l3).ok_or(PassReason::TruncatedIpv4)?;
+    let ihl = (ip.vihl & 0x0f) as usize * 4;
+    if ip.vihl >> 4 != 4 || ihl < Ipv4Hdr::LEN {
+        return Err(PassReason::BadIpv4Header);
+    }
+    if ip.proto != IPPROTO_TCP {
+        return Err(PassReason::NotTcp);
+    }
+    let frags = be16(ip.frags);
+    if frags & IPV4_FRAG_OFFSET != 0 {
+        // Non-first fragment: no TCP header here to judge.
+        return Err(PassReason::Ipv4Fragment);
+    }
+    // A first fragment carries the TCP header and is judged like any SYN.
+    let ip_payload = (be16(ip.tot_len) as usize).saturating_sub(ihl);
+    let tcp = parse_tcp(frame, l3 + ihl, ip_payload)?;
+    Ok(Syn {
+        l3,
+        addrs: Addrs::V4 { src: ip.src_addr, dst: ip.dst_addr },
+        dscp: dscp_of(ip.tos),
+        facts: tcp,
+    })
+}
+
+#[inline(always)]
+fn parse_ipv6(frame: &Frame, l3: usize) -> Result<Syn, PassReason> {
+    let ip: Ipv6Hdr = frame.read(l3).ok_or(PassReason::TruncatedIpv6)?;
+    if ip.next_hdr != IPPROTO_TCP {
+        return Err(if is_extension_header(ip.next_hdr) {
+            PassReason::Ipv6ExtensionHeader
+        } else {
+            PassReason::NotTcp
+        });
+    }
+    let tcp = parse_tcp(frame, l3 + Ipv6Hdr::LEN, be16(ip.payload_len) as usize)?;
+    let traffic_class = (ip.vcf[0] << 4) | (ip.vcf[1] >> 4);
+    Ok(Syn {
+        l3,
+        addrs: Addrs::V6 { src: ip.src_addr, dst: ip.dst_addr },
+        dscp: dscp_of(traffic_class),
+        facts: tcp,
+    })
+}
+
+/// IPv6 next-header values that announce an extension header (RFC 8200 §4,
+/// plus the mobility, HIP and shim6 headers that followed it).
+#[inline(always)]
+fn is_extension_header(next: u8) -> bool {
+    matches!(next, 0 | 43 | 44 | 50 | 51 | 60 | 135 | 139 | 140)
+}
+
+#[inline(always)]
+fn parse_tcp(frame: &Frame, off: usize, ip_payload: usize) -> Result<SynFacts, PassReason> {
+    let tcp: TcpHdr = frame.read(off).ok_or(PassReason::TruncatedTcp)?;
+    let doff = tcp.doff() as usize * 4;
+    if doff < TcpHdr::LEN {
+        return Err(PassReason::BadTcpHeader);
+    }
+    if tcp.syn() == 0 || tcp.ack() != 0 {
+        return Err(PassReason::NotSyn);
+    }
+    if off + doff > frame.len() {
+        return Err(PassReason::TruncatedTcp);
+    }
+    Ok(SynFacts {
+        src_port: be16(tcp.source),
+        dst_port: be16(tcp.dest),
+        seq: u32::from_be_bytes(tcp.seq),
+        payload_len: ip_payload.saturating_sub(doff) as u16,
+    })
+}
