@@ -32,6 +32,8 @@ pub mod names {
 pub mod programs {
     pub const XDP: &str = "shedder_xdp";
     pub const TC: &str = "shedder_tc";
+    /// Bare XDP_PASS: benchmark baseline and veth-peer helper.
+    pub const PASS: &str = "shedder_pass";
 }
 
 /// What an over-budget SYN of a class gets.

@@ -240,6 +240,35 @@ impl Datapath {
     }
 }
 
+/// The object's bare XDP_PASS program, loaded on its own.
+///
+/// Two users: `cargo xtask bench` measures the fast path against it, and
+/// test beds attach it to the client side of a veth pair, because veth only
+/// delivers XDP_TX'd frames (our RSTs) to a peer that runs XDP itself.
+pub struct PassProgram {
+    ebpf: Ebpf,
+}
+
+impl PassProgram {
+    pub fn load() -> anyhow::Result<Self> {
+        let mut ebpf = Ebpf::load(OBJECT).context("loading the shedder eBPF object")?;
+        let prog: &mut Xdp = ebpf.program_mut(programs::PASS).context("no pass program")?.try_into()?;
+        prog.load()?;
+        Ok(Self { ebpf })
+    }
+
+    pub fn program(&self) -> &Xdp {
+        self.ebpf.program(programs::PASS).and_then(|p| p.try_into().ok()).expect("loaded in load()")
+    }
+
+    /// Attaches in native mode; detached when `self` drops.
+    pub fn attach(&mut self, iface: &str) -> anyhow::Result<()> {
+        let prog: &mut Xdp = self.ebpf.program_mut(programs::PASS).context("no pass program")?.try_into()?;
+        prog.attach(iface, XdpMode::Driver).with_context(|| format!("attaching XDP_PASS to {iface}"))?;
+        Ok(())
+    }
+}
+
 /// Whether aya attached TC through TCX (kernels >= 6.6) rather than clsact.
 fn has_tcx() -> bool {
     KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0))

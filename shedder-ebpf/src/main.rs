@@ -122,6 +122,13 @@ pub fn shedder_tc(ctx: TcContext) -> i32 {
     }
 }
 
+/// A bare XDP_PASS. It is the baseline `cargo xtask bench` measures against,
+/// and the program a veth peer needs before it accepts XDP_TX'd frames.
+#[xdp]
+pub fn shedder_pass(_ctx: XdpContext) -> u32 {
+    xdp_action::XDP_PASS
+}
+
 #[cfg(not(test))]
 #[panic_handler]
 fn panic(_info: &core::panic::PanicInfo) -> ! {

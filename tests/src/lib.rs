@@ -1,1 +1,10 @@
+//! Test beds for shedder's integration tests and `cargo xtask demo`:
+//! network namespaces joined by veth, and child processes, each removed when
+//! its guard drops (also on panic).
+//!
+//! Traffic only ever goes to addresses these guards assign inside namespaces
+//! they created.
 
+pub mod child;
+pub mod netns;
+pub mod packets;

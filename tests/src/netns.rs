@@ -1,0 +1,131 @@
+//! Network namespaces and a two-host test bed, built with iproute2 and torn
+//! down on drop.
+
+use std::{
+    fs::File,
+    net::{Ipv4Addr, Ipv6Addr},
+    path::PathBuf,
+    process::Command,
+    sync::atomic::{AtomicU32, Ordering},
+};
+
+use anyhow::{Context as _, bail};
+use nix::sched::{CloneFlags, setns};
+
+fn ip(args: &[&str]) -> anyhow::Result<()> {
+    let out = Command::new("ip").args(args).output().context("running ip (iproute2)")?;
+    if !out.status.success() {
+        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    Ok(())
+}
+
+/// A short name, unique across concurrently running test binaries
+/// (interface names are limited to 15 bytes).
+pub fn unique_name(prefix: &str) -> String {
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{prefix}{:x}{n}", std::process::id() % 0xfffff)
+}
+
+/// A named network namespace (`ip netns add`), deleted on drop.
+pub struct Netns {
+    name: String,
+}
+
+impl Netns {
+    pub fn new(prefix: &str) -> anyhow::Result<Self> {
+        let name = unique_name(prefix);
+        ip(&["netns", "add", &name])?;
+        let ns = Self { name };
+        ns.ip(&["link", "set", "lo", "up"])?;
+        Ok(ns)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn path(&self) -> PathBuf {
+        PathBuf::from("/var/run/netns").join(&self.name)
+    }
+
+    /// Runs `ip` inside the namespace.
+    pub fn ip(&self, args: &[&str]) -> anyhow::Result<()> {
+        let mut full = vec!["-n", &self.name];
+        full.extend_from_slice(args);
+        ip(&full)
+    }
+
+    /// A command that will run inside the namespace.
+    pub fn command(&self, program: impl AsRef<std::ffi::OsStr>) -> Command {
+        let mut cmd = Command::new("ip");
+        cmd.args(["netns", "exec", &self.name]).arg(program);
+        cmd
+    }
+
+    /// Runs `f` on a new thread that lives inside the namespace; sockets it
+    /// creates belong to the namespace.
+    pub fn spawn<T: Send + 'static>(
+        &self,
+        f: impl FnOnce() -> T + Send + 'static,
+    ) -> std::thread::JoinHandle<anyhow::Result<T>> {
+        let path = self.path();
+        std::thread::spawn(move || {
+            let ns = File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+            setns(ns, CloneFlags::CLONE_NEWNET).context("setns")?;
+            Ok(f())
+        })
+    }
+
+    /// Runs `f` inside the namespace and waits for it.
+    pub fn run<T: Send + 'static>(&self, f: impl FnOnce() -> T + Send + 'static) -> anyhow::Result<T> {
+        self.spawn(f).join().map_err(|_| anyhow::anyhow!("thread in {} panicked", self.name))?
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // Deleting the namespace also deletes the veth end inside it, and its peer.
+        if let Err(e) = ip(&["netns", "del", &self.name]) {
+            eprintln!("cleanup: {e:#}");
+        }
+    }
+}
+
+/// Two hosts, `client` and `server`, joined by one veth pair, with IPv4 and
+/// IPv6 addresses that exist only inside these namespaces.
+pub struct Testbed {
+    pub client: Netns,
+    pub server: Netns,
+    pub client_if: String,
+    pub server_if: String,
+}
+
+impl Testbed {
+    pub const CLIENT_V4: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 2);
+    pub const SERVER_V4: Ipv4Addr = Ipv4Addr::new(10, 213, 0, 1);
+    pub const CLIENT_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x213, 0, 0, 0, 0, 0, 2);
+    pub const SERVER_V6: Ipv6Addr = Ipv6Addr::new(0xfd00, 0x213, 0, 0, 0, 0, 0, 1);
+
+    pub fn new() -> anyhow::Result<Self> {
+        let client = Netns::new("shc")?;
+        let server = Netns::new("shs")?;
+        let client_if = unique_name("vc");
+        let server_if = unique_name("vs");
+        ip(&[
+            "link", "add", &client_if, "netns", client.name(), "type", "veth", "peer", "name", &server_if,
+            "netns", server.name(),
+        ])?;
+        for (ns, ifname, v4, v6) in [
+            (&client, &client_if, Self::CLIENT_V4, Self::CLIENT_V6),
+            (&server, &server_if, Self::SERVER_V4, Self::SERVER_V6),
+        ] {
+            ns.ip(&["addr", "add", &format!("{v4}/24"), "dev", ifname])?;
+            // nodad: usable at once, not after duplicate address detection.
+            ns.ip(&["addr", "add", &format!("{v6}/64"), "dev", ifname, "nodad"])?;
+            ns.ip(&["link", "set", ifname, "up"])?;
+        }
+        Ok(Self { client, server, client_if, server_if })
+    }
+}

@@ -1,0 +1,1 @@
+//! Test frames (filled in by the packet-table work).
