@@ -147,6 +147,7 @@ impl Datapath {
     }
 
     fn write_plan(&mut self, previous: Option<&Plan>, plan: &Plan) -> anyhow::Result<()> {
+        let first = previous.is_none();
         let empty = Plan::default();
         let previous = previous.unwrap_or(&empty);
         self.write_classes(previous, plan)?;
@@ -156,7 +157,7 @@ impl Datapath {
         sync_array(map_mut(ebpf, names::DST_PORTS)?, &previous.dst_ports, &plan.dst_ports)?;
         sync_array(map_mut(ebpf, names::DSCP_IN)?, &previous.dscp, &plan.dscp)?;
         // Last, so the rule-presence flags never point at rules not yet written.
-        if previous.global != plan.global || self.applied.is_none() {
+        if first || previous.global != plan.global {
             let mut global: Array<_, GlobalConfig> = Array::try_from(map_mut(ebpf, names::GLOBAL)?)?;
             global.set(0, plan.global, 0)?;
         }

@@ -1,7 +1,7 @@
 //! `shedder`: the daemon binary. Argument parsing and the run loop only; the
 //! mechanisms live in the library.
 
-use std::{path::PathBuf, time::Duration};
+use std::{io::IsTerminal, path::PathBuf, time::Duration};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -56,6 +56,8 @@ fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
 
 fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
+        // Colour only for people; logs piped to files or tests stay plain.
+        .with_ansi(std::io::stdout().is_terminal())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )

@@ -31,27 +31,33 @@ pub fn write_rst(frame: &Frame, syn: &Syn) -> Option<usize> {
     }
 }
 
-/// Rewrites the SYN's DSCP to `dscp` (IPv4 checksum updated incrementally).
+/// Bytes a mark rewrote without a checksum of its own to absorb the change.
+/// A receive checksum over the whole packet (TC's CHECKSUM_COMPLETE) must be
+/// told about them; XDP runs before any such checksum exists.
+pub struct Rewritten {
+    pub old: [u8; 4],
+    pub new: [u8; 4],
+}
+
+/// Rewrites the SYN's DSCP to `dscp`. IPv4's header checksum is updated
+/// incrementally, which leaves the packet's ones'-complement sum unchanged;
+/// IPv6 has no header checksum, so its rewritten word is returned.
 #[inline(always)]
-pub fn mark(frame: &Frame, syn: &Syn, dscp: u8) -> bool {
+pub fn mark(frame: &Frame, syn: &Syn, dscp: u8) -> Option<Rewritten> {
     match syn.addrs {
         Addrs::V4 { .. } => {
-            let (Some(first), Some(check)) = (
-                frame.read::<[u8; 2]>(syn.l3),
-                frame.read::<[u8; 2]>(syn.l3 + IPV4_CHECK_OFFSET),
-            ) else {
-                return false;
-            };
+            let first = frame.read::<[u8; 2]>(syn.l3)?;
+            let check = frame.read::<[u8; 2]>(syn.l3 + IPV4_CHECK_OFFSET)?;
             let (first, check) =
                 mark_ipv4(u16::from_be_bytes(first), u16::from_be_bytes(check), dscp);
-            frame.write(syn.l3, first.to_be_bytes())
-                && frame.write(syn.l3 + IPV4_CHECK_OFFSET, check.to_be_bytes())
+            frame.write(syn.l3, first.to_be_bytes());
+            frame.write(syn.l3 + IPV4_CHECK_OFFSET, check.to_be_bytes());
+            None
         }
         Addrs::V6 { .. } => {
-            let Some(first) = frame.read::<[u8; 4]>(syn.l3) else {
-                return false;
-            };
-            frame.write(syn.l3, mark_ipv6(u32::from_be_bytes(first), dscp).to_be_bytes())
+            let old = frame.read::<[u8; 4]>(syn.l3)?;
+            let new = mark_ipv6(u32::from_be_bytes(old), dscp).to_be_bytes();
+            frame.write(syn.l3, new).then_some(Rewritten { old, new })
         }
     }
 }

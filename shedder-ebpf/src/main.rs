@@ -20,7 +20,9 @@ mod parse;
 use aya_ebpf::{
     EbpfContext,
     bindings::{TC_ACT_OK, TC_ACT_SHOT, xdp_action},
-    helpers::{bpf_redirect, bpf_skb_change_tail, bpf_xdp_adjust_tail},
+    helpers::{
+        bpf_csum_diff, bpf_csum_update, bpf_redirect, bpf_skb_change_tail, bpf_xdp_adjust_tail,
+    },
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
 };
@@ -36,6 +38,8 @@ use crate::{bucket::Charge, frame::Frame};
 /// What the attachment must do with the frame.
 enum Verdict {
     Pass,
+    /// Pass, after a DSCP mark that rewrote these header bytes.
+    PassMarked(Option<act::Rewritten>),
     Drop,
     /// The frame now holds a reply of this many bytes, to send back out.
     Reply(usize),
@@ -73,10 +77,7 @@ fn admit<C: EbpfContext>(ctx: &C, frame: &Frame) -> Verdict {
     match outcome {
         Outcome::Admitted | Outcome::WouldShed => Verdict::Pass,
         Outcome::Dropped => Verdict::Drop,
-        Outcome::Marked => {
-            act::mark(frame, &syn, config.mark_dscp);
-            Verdict::Pass
-        }
+        Outcome::Marked => Verdict::PassMarked(act::mark(frame, &syn, config.mark_dscp)),
         Outcome::Rejected => match act::write_rst(frame, &syn) {
             Some(len) => Verdict::Reply(len),
             None => Verdict::Drop,
@@ -88,7 +89,7 @@ fn admit<C: EbpfContext>(ctx: &C, frame: &Frame) -> Verdict {
 pub fn shedder_xdp(ctx: XdpContext) -> u32 {
     let frame = Frame::new(ctx.data(), ctx.data_end());
     match admit(&ctx, &frame) {
-        Verdict::Pass => xdp_action::XDP_PASS,
+        Verdict::Pass | Verdict::PassMarked(_) => xdp_action::XDP_PASS,
         Verdict::Drop => xdp_action::XDP_DROP,
         Verdict::Reply(len) => {
             let delta = len as i32 - frame.len() as i32;
@@ -106,7 +107,22 @@ pub fn shedder_xdp(ctx: XdpContext) -> u32 {
 pub fn shedder_tc(ctx: TcContext) -> i32 {
     let frame = Frame::new(ctx.data(), ctx.data_end());
     match admit(&ctx, &frame) {
-        Verdict::Pass => TC_ACT_OK,
+        Verdict::Pass | Verdict::PassMarked(None) => TC_ACT_OK,
+        Verdict::PassMarked(Some(mut rewritten)) => {
+            // SAFETY: both buffers are 4 readable bytes on our stack.
+            unsafe {
+                let diff = bpf_csum_diff(
+                    rewritten.old.as_mut_ptr() as *mut u32,
+                    4,
+                    rewritten.new.as_mut_ptr() as *mut u32,
+                    4,
+                    0,
+                );
+                // Only acts when the skb carries CHECKSUM_COMPLETE.
+                bpf_csum_update(ctx.skb.skb, diff as u32);
+            }
+            TC_ACT_OK
+        }
         Verdict::Drop => TC_ACT_SHOT,
         Verdict::Reply(len) => {
             // SAFETY: resizing and redirecting the skb this program was handed.

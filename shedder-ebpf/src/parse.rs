@@ -67,6 +67,10 @@ fn parse_ipv4(frame: &Frame, l3: usize) -> Result<Syn, PassReason> {
     if ip.vihl >> 4 != 4 || ihl < Ipv4Hdr::LEN {
         return Err(PassReason::BadIpv4Header);
     }
+    if l3 + ihl > frame.len() {
+        // The fixed header is there but its options run past the frame.
+        return Err(PassReason::TruncatedIpv4);
+    }
     if ip.proto != IPPROTO_TCP {
         return Err(PassReason::NotTcp);
     }

@@ -25,7 +25,8 @@ fn ip(args: &[&str]) -> anyhow::Result<()> {
 pub fn unique_name(prefix: &str) -> String {
     static NEXT: AtomicU32 = AtomicU32::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    format!("{prefix}{:x}{n}", std::process::id() % 0xfffff)
+    // Fixed-width pid so that pid and counter cannot run together ambiguously.
+    format!("{prefix}{:05x}{n}", std::process::id() % 0xfffff)
 }
 
 /// A named network namespace (`ip netns add`), deleted on drop.
