@@ -38,10 +38,7 @@ impl BucketParams {
         let (cost_ns, tolerance_ns) = if rate_milli == 0 {
             (u64::MAX, 0)
         } else {
-            (
-                ns_for_tokens(cost_milli, rate_milli),
-                ns_for_tokens(burst_milli, rate_milli),
-            )
+            (ns_for_tokens(cost_milli, rate_milli), ns_for_tokens(burst_milli, rate_milli))
         };
         Self { rate_milli, burst_milli, cost_milli, cost_ns, tolerance_ns }
     }
@@ -93,11 +90,8 @@ pub fn rescale(tat: u64, now: u64, old: &BucketParams, new: &BucketParams) -> u6
     if new.is_closed() {
         return tat;
     }
-    let spent_milli = if old.is_closed() {
-        new.burst_milli
-    } else {
-        tokens_for_ns(tat.saturating_sub(now), old.rate_milli)
-    };
+    let spent_milli =
+        if old.is_closed() { new.burst_milli } else { tokens_for_ns(tat.saturating_sub(now), old.rate_milli) };
     now.saturating_add(ns_for_tokens(spent_milli.min(new.burst_milli), new.rate_milli))
 }
 

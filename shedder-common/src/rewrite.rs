@@ -111,10 +111,7 @@ mod tests {
         assert_eq!(tcp.destination_port, syn.src_port);
         assert!(tcp.rst && tcp.ack && !tcp.syn && !tcp.fin && !tcp.psh);
         assert_eq!(tcp.sequence_number, 0);
-        assert_eq!(
-            tcp.acknowledgment_number,
-            syn.seq.wrapping_add(1).wrapping_add(syn.payload_len as u32)
-        );
+        assert_eq!(tcp.acknowledgment_number, syn.seq.wrapping_add(1).wrapping_add(syn.payload_len as u32));
         assert_eq!(tcp.header_len(), 20);
     }
 

@@ -155,8 +155,7 @@ impl Config {
     }
 
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path)
-            .with_context(|| format!("reading config {}", path.display()))?;
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
         Self::parse(&text).with_context(|| format!("in {}", path.display()))
     }
 
@@ -187,11 +186,8 @@ impl Config {
         let Some(default) = plan.class_names.iter().position(|n| *n == self.default_class) else {
             return fail("default_class", format!("no class is named \"{}\"", self.default_class));
         };
-        plan.global = GlobalConfig {
-            mode: Mode::from(self.mode) as u8,
-            default_class: default as u8,
-            ..GlobalConfig::default()
-        };
+        plan.global =
+            GlobalConfig { mode: Mode::from(self.mode) as u8, default_class: default as u8, ..GlobalConfig::default() };
         for (i, rule) in self.rules.iter().enumerate() {
             add_rule(&mut plan, i, rule)?;
         }
@@ -208,7 +204,7 @@ impl Config {
 
 /// Converts tokens to milli-tokens, refusing values the fixed point cannot hold.
 fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, ConfigError> {
-    if !value.is_finite() || value < 0.0 || value > MAX_TOKENS {
+    if !(0.0..=MAX_TOKENS).contains(&value) {
         return fail(field, format!("must be a number between 0 and {MAX_TOKENS:e}, got {value}"));
     }
     let scaled = (value * MILLI).round() as u64;
@@ -225,7 +221,10 @@ fn class_config(class: &ClassSpec, field: &dyn Fn(&str) -> String) -> Result<Cla
     if burst < cost {
         return fail(
             field("burst"),
-            format!("{} is smaller than the cost of one connection ({}): nothing could ever be admitted", class.burst, class.cost),
+            format!(
+                "{} is smaller than the cost of one connection ({}): nothing could ever be admitted",
+                class.burst, class.cost
+            ),
         );
     }
     if let Some(dscp) = class.mark_dscp
@@ -376,16 +375,18 @@ mod tests {
         }
         let err = Config::parse("default_class = \"a\"\nclass = []").unwrap().plan().unwrap_err();
         assert_eq!(err.field, "class");
-        let err = Config::parse("default_class = \"zz\"\n[[class]]\nname = \"a\"\nrate = 1\nburst = 1\naction = \"drop\"")
-            .unwrap()
-            .plan()
-            .unwrap_err();
+        let err =
+            Config::parse("default_class = \"zz\"\n[[class]]\nname = \"a\"\nrate = 1\nburst = 1\naction = \"drop\"")
+                .unwrap()
+                .plan()
+                .unwrap_err();
         assert_eq!(err.field, "default_class");
     }
 
     #[test]
     fn ipv6_cidrs_and_dscp_rules_set_their_flags() {
-        let plan = plan_of("[[rule]]\nclass = \"web\"\nsrc_cidr = \"fd00::/8\"\n[[rule]]\nclass = \"batch\"\ndscp = 8").unwrap();
+        let plan = plan_of("[[rule]]\nclass = \"web\"\nsrc_cidr = \"fd00::/8\"\n[[rule]]\nclass = \"batch\"\ndscp = 8")
+            .unwrap();
         assert_ne!(plan.global.rules_present & rule_flags::SRC_V6, 0);
         assert_ne!(plan.global.rules_present & rule_flags::DSCP, 0);
         assert_eq!(plan.dscp[&8], target_for(1));

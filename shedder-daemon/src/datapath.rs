@@ -7,8 +7,8 @@ use anyhow::{Context as _, anyhow};
 use aya::{
     Ebpf, Pod,
     maps::{Array, LpmTrie, Map, PerCpuArray, lpm_trie::Key},
-    util::KernelVersion,
     programs::{SchedClassifier, TcAttachType, Xdp, XdpMode, tc},
+    util::KernelVersion,
 };
 use shedder_common::{
     bucket::{self, BucketParams},
@@ -127,8 +127,12 @@ impl Datapath {
                         {
                             return Err(anyhow!("attaching TC to {iface}: {first}; adding clsact: {e}"));
                         }
-                        prog.attach_with_options(iface, TcAttachType::Ingress, tc::TcAttachOptions::Netlink(Default::default()))
-                            .with_context(|| format!("attaching TC to {iface} (after {first})"))?;
+                        prog.attach_with_options(
+                            iface,
+                            TcAttachType::Ingress,
+                            tc::TcAttachOptions::Netlink(Default::default()),
+                        )
+                        .with_context(|| format!("attaching TC to {iface} (after {first})"))?;
                         Ok(Attachment::TcClsact)
                     }
                 }
@@ -229,10 +233,7 @@ impl Datapath {
     /// Packets passed uncharged, by reason, summed over CPUs.
     pub fn pass_counters(&self) -> anyhow::Result<Vec<(PassReason, u64)>> {
         let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map(&self.ebpf, names::PASS_COUNTERS)?)?;
-        PassReason::ALL
-            .iter()
-            .map(|reason| Ok((*reason, counters.get(&(*reason as u32), 0)?.iter().sum())))
-            .collect()
+        PassReason::ALL.iter().map(|reason| Ok((*reason, counters.get(&(*reason as u32), 0)?.iter().sum()))).collect()
     }
 
     /// The plan the maps hold, if any was applied.

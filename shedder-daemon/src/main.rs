@@ -58,9 +58,7 @@ fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         // Colour only for people; logs piped to files or tests stay plain.
         .with_ansi(std::io::stdout().is_terminal())
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
     match Cli::parse().command {
         Command::CheckConfig { config } => {
@@ -76,10 +74,12 @@ fn main() -> anyhow::Result<()> {
             // Validate before touching the kernel: a bad file attaches nothing.
             let config = load_config(config.as_ref())?;
             let plan = config.plan().context("invalid config; nothing was attached")?;
-            tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?
-                .block_on(run(&iface, attach, &plan, Duration::from_secs_f64(report_every)))
+            tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(
+                &iface,
+                attach,
+                &plan,
+                Duration::from_secs_f64(report_every),
+            ))
         }
     }
 }
@@ -104,17 +104,21 @@ async fn run(
         tokio::select! {
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
-            _ = ticker.tick() => {
-                match (datapath.class_snapshots(), datapath.pass_counters()) {
-                    (Ok(classes), Ok(passed)) => report::log_counters(&classes, &passed),
-                    (Err(e), _) | (_, Err(e)) => warn!("reading counters: {e:#}"),
-                }
-            }
+            _ = ticker.tick() => log_counters(&datapath),
         }
     }
+    // The last word on what the fast path did, before it goes away.
+    log_counters(&datapath);
     drop(datapath);
     info!(iface, "detached; exiting");
     Ok(())
+}
+
+fn log_counters(datapath: &Datapath) {
+    match (datapath.class_snapshots(), datapath.pass_counters()) {
+        (Ok(classes), Ok(passed)) => report::log_counters(&classes, &passed),
+        (Err(e), _) | (_, Err(e)) => warn!("reading counters: {e:#}"),
+    }
 }
 
 /// Relays the fast path's rare diagnostics (aya-log) into our log.

@@ -79,10 +79,7 @@ fn an_invalid_config_names_the_field_and_attaches_nothing() {
         "default_class = \"a\"\n[[class]]\nname = \"a\"\nrate = 10\nburst = 0.5\naction = \"drop\"\n",
     )
     .unwrap();
-    let out = sandbox
-        .shedder(&["run", "--iface", sandbox.iface, "--config", path.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let out = sandbox.shedder(&["run", "--iface", sandbox.iface, "--config", path.to_str().unwrap()]).output().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "a bad config must not run");

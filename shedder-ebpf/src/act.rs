@@ -48,8 +48,7 @@ pub fn mark(frame: &Frame, syn: &Syn, dscp: u8) -> Option<Rewritten> {
         Addrs::V4 { .. } => {
             let first = frame.read::<[u8; 2]>(syn.l3)?;
             let check = frame.read::<[u8; 2]>(syn.l3 + IPV4_CHECK_OFFSET)?;
-            let (first, check) =
-                mark_ipv4(u16::from_be_bytes(first), u16::from_be_bytes(check), dscp);
+            let (first, check) = mark_ipv4(u16::from_be_bytes(first), u16::from_be_bytes(check), dscp);
             frame.write(syn.l3, first.to_be_bytes());
             frame.write(syn.l3 + IPV4_CHECK_OFFSET, check.to_be_bytes());
             None

@@ -35,11 +35,8 @@ pub fn charge_class(class: u32, params: &BucketParams) -> Charge {
         let Some(next) = charge(tat, now, params) else {
             return Charge::Empty;
         };
-        let (seen, swapped) = unsafe {
-            atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(
-                state, tat, next,
-            )
-        };
+        let (seen, swapped) =
+            unsafe { atomic_cxchg::<u64, { AtomicOrdering::SeqCst }, { AtomicOrdering::SeqCst }>(state, tat, next) };
         if swapped {
             return Charge::Fits;
         }

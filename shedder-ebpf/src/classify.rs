@@ -33,11 +33,7 @@ fn source_rule(addrs: &Addrs, present: u8) -> RuleTarget {
 pub fn class_of(syn: &Syn, global: &GlobalConfig) -> u32 {
     let present = global.rules_present;
     let src = source_rule(&syn.addrs, present);
-    let port = if present & rule_flags::DST_PORT != 0 {
-        array_rule(&DST_PORTS, syn.facts.dst_port as u32)
-    } else {
-        0
-    };
+    let port = if present & rule_flags::DST_PORT != 0 { array_rule(&DST_PORTS, syn.facts.dst_port as u32) } else { 0 };
     let dscp = if present & rule_flags::DSCP != 0 { array_rule(&DSCP_IN, syn.dscp as u32) } else { 0 };
     pick_class(src, port, dscp, global.default_class as u32)
 }

@@ -7,10 +7,7 @@ use aya_ebpf::{
 };
 use shedder_common::{
     classify::RuleTarget,
-    maps::{
-        ClassConfig, ClassCounters, DSCP_SLOTS, GlobalConfig, MAX_CIDR_RULES, MAX_CLASSES,
-        PORT_SLOTS, PassReason,
-    },
+    maps::{ClassConfig, ClassCounters, DSCP_SLOTS, GlobalConfig, MAX_CIDR_RULES, MAX_CLASSES, PORT_SLOTS, PassReason},
 };
 
 #[map]

@@ -82,12 +82,7 @@ fn parse_ipv4(frame: &Frame, l3: usize) -> Result<Syn, PassReason> {
     // A first fragment carries the TCP header and is judged like any SYN.
     let ip_payload = (be16(ip.tot_len) as usize).saturating_sub(ihl);
     let tcp = parse_tcp(frame, l3 + ihl, ip_payload)?;
-    Ok(Syn {
-        l3,
-        addrs: Addrs::V4 { src: ip.src_addr, dst: ip.dst_addr },
-        dscp: dscp_of(ip.tos),
-        facts: tcp,
-    })
+    Ok(Syn { l3, addrs: Addrs::V4 { src: ip.src_addr, dst: ip.dst_addr }, dscp: dscp_of(ip.tos), facts: tcp })
 }
 
 #[inline(always)]
@@ -102,12 +97,7 @@ fn parse_ipv6(frame: &Frame, l3: usize) -> Result<Syn, PassReason> {
     }
     let tcp = parse_tcp(frame, l3 + Ipv6Hdr::LEN, be16(ip.payload_len) as usize)?;
     let traffic_class = (ip.vcf[0] << 4) | (ip.vcf[1] >> 4);
-    Ok(Syn {
-        l3,
-        addrs: Addrs::V6 { src: ip.src_addr, dst: ip.dst_addr },
-        dscp: dscp_of(traffic_class),
-        facts: tcp,
-    })
+    Ok(Syn { l3, addrs: Addrs::V6 { src: ip.src_addr, dst: ip.dst_addr }, dscp: dscp_of(traffic_class), facts: tcp })
 }
 
 /// IPv6 next-header values that announce an extension header (RFC 8200 §4,

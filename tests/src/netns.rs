@@ -115,8 +115,18 @@ impl Testbed {
         let client_if = unique_name("vc");
         let server_if = unique_name("vs");
         ip(&[
-            "link", "add", &client_if, "netns", client.name(), "type", "veth", "peer", "name", &server_if,
-            "netns", server.name(),
+            "link",
+            "add",
+            &client_if,
+            "netns",
+            client.name(),
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &server_if,
+            "netns",
+            server.name(),
         ])?;
         for (ns, ifname, v4, v6) in [
             (&client, &client_if, Self::CLIENT_V4, Self::CLIENT_V6),

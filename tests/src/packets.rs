@@ -15,9 +15,8 @@
 //! patched or spelled out by hand, and say so.
 
 use etherparse::{
-    EtherType, Ethernet2Header, IpFragOffset, IpNumber, Ipv4Dscp, Ipv4Ecn, Ipv4Header,
-    Ipv4Options, Ipv6FlowLabel, Ipv6Header, Ipv6RawExtHeader, SingleVlanHeader, TcpHeader,
-    TcpOptions, UdpHeader, VlanId, VlanPcp,
+    EtherType, Ethernet2Header, IpFragOffset, IpNumber, Ipv4Dscp, Ipv4Ecn, Ipv4Header, Ipv4Options, Ipv6FlowLabel,
+    Ipv6Header, Ipv6RawExtHeader, SingleVlanHeader, TcpHeader, TcpOptions, UdpHeader, VlanId, VlanPcp,
 };
 
 pub const FIN: u8 = 0x01;
@@ -365,15 +364,18 @@ impl TcpFrame {
         let l4_proto = if self.udp { IpNumber::UDP } else { IpNumber::TCP };
         match self.ip {
             Ip::V4 { src, dst } => {
-                let l4 = self.l4_bytes(|tcp, payload| tcp.calc_checksum_ipv4_raw(src, dst, payload).unwrap(), || {
-                    UdpHeader::with_ipv4_checksum(
-                        self.src_port,
-                        self.dst_port,
-                        &Ipv4Header::new(0, 64, IpNumber::UDP, src, dst).unwrap(),
-                        &self.payload,
-                    )
-                    .unwrap()
-                });
+                let l4 = self.l4_bytes(
+                    |tcp, payload| tcp.calc_checksum_ipv4_raw(src, dst, payload).unwrap(),
+                    || {
+                        UdpHeader::with_ipv4_checksum(
+                            self.src_port,
+                            self.dst_port,
+                            &Ipv4Header::new(0, 64, IpNumber::UDP, src, dst).unwrap(),
+                            &self.payload,
+                        )
+                        .unwrap()
+                    },
+                );
                 let mut ip = Ipv4Header::new(0, self.ttl, l4_proto, src, dst).unwrap();
                 ip.dscp = Ipv4Dscp::try_new(self.dscp).expect("DSCP fits 6 bits");
                 ip.ecn = Ipv4Ecn::try_new(self.ecn).expect("ECN fits 2 bits");
@@ -392,10 +394,13 @@ impl TcpFrame {
                 out.extend_from_slice(&l4);
             }
             Ip::V6 { src, dst } => {
-                let l4 = self.l4_bytes(|tcp, payload| tcp.calc_checksum_ipv6_raw(src, dst, payload).unwrap(), || {
-                    let ip = Ipv6Header { source: src, destination: dst, ..Default::default() };
-                    UdpHeader::with_ipv6_checksum(self.src_port, self.dst_port, &ip, &self.payload).unwrap()
-                });
+                let l4 = self.l4_bytes(
+                    |tcp, payload| tcp.calc_checksum_ipv6_raw(src, dst, payload).unwrap(),
+                    || {
+                        let ip = Ipv6Header { source: src, destination: dst, ..Default::default() };
+                        UdpHeader::with_ipv6_checksum(self.src_port, self.dst_port, &ip, &self.payload).unwrap()
+                    },
+                );
                 // PadN filling the 6 bytes an 8-byte hop-by-hop header has room for.
                 let hop_by_hop = self
                     .ipv6_hop_by_hop
@@ -421,11 +426,7 @@ impl TcpFrame {
     }
 
     /// The L4 header and payload; the checksum closures bring the pseudo-header.
-    fn l4_bytes(
-        &self,
-        tcp_checksum: impl Fn(&TcpHeader, &[u8]) -> u16,
-        udp_header: impl Fn() -> UdpHeader,
-    ) -> Vec<u8> {
+    fn l4_bytes(&self, tcp_checksum: impl Fn(&TcpHeader, &[u8]) -> u16, udp_header: impl Fn() -> UdpHeader) -> Vec<u8> {
         let mut out = if self.udp {
             udp_header().to_bytes().to_vec()
         } else {
@@ -498,7 +499,9 @@ mod tests {
                     assert_eq!(h.header_checksum, h.calc_header_checksum());
                     tcp.to_header().calc_checksum_ipv4(&h, tcp.payload()).unwrap()
                 }
-                Some(NetSlice::Ipv6(ip)) => tcp.to_header().calc_checksum_ipv6(&ip.header().to_header(), tcp.payload()).unwrap(),
+                Some(NetSlice::Ipv6(ip)) => {
+                    tcp.to_header().calc_checksum_ipv6(&ip.header().to_header(), tcp.payload()).unwrap()
+                }
                 _ => panic!("no IP"),
             };
             assert_eq!(tcp.checksum(), sum);

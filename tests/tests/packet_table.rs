@@ -23,8 +23,7 @@ use etherparse::{LinkHeader, NetHeaders, PacketHeaders, TransportHeader, VlanHea
 use shedder_common::{maps::PassReason, verdict::Outcome};
 use shedder_daemon::{config::Config, datapath::Datapath};
 use shedder_tests::packets::{
-    ACK, CLIENT_MAC, CLIENT_V4, Ip, RST, SERVER_V4, SERVER_V6, SYN, TCP_LEN, TcpFrame, arp_request,
-    padded, truncated,
+    ACK, CLIENT_MAC, CLIENT_V4, Ip, RST, SERVER_V4, SERVER_V6, SYN, TCP_LEN, TcpFrame, arp_request, padded, truncated,
 };
 
 // --- hooks and verdicts ----------------------------------------------------
@@ -103,7 +102,14 @@ impl Row {
 }
 
 fn passed(what: impl Into<String>, frame: Vec<u8>, reason: PassReason) -> Row {
-    Row { what: what.into(), frame, verdict: Verdict::Pass, out: Out::Same, effect: Effect::Pass(reason), hooks: &HOOKS }
+    Row {
+        what: what.into(),
+        frame,
+        verdict: Verdict::Pass,
+        out: Out::Same,
+        effect: Effect::Pass(reason),
+        hooks: &HOOKS,
+    }
 }
 
 fn admitted(what: impl Into<String>, syn: &TcpFrame, class: &'static str) -> Row {
@@ -336,7 +342,10 @@ fn check_rst(syn: &TcpFrame, out: &[u8]) -> Vec<String> {
             expect(ip.ihl() == 5, format!("IHL {}, want 5 (no options in a reply)", ip.ihl()));
             expect(ip.total_len == 40, format!("IPv4 total length {}, want 40", ip.total_len));
             let check = ip.calc_header_checksum();
-            expect(ip.header_checksum == check, format!("IPv4 header checksum {:#06x}, want {check:#06x}", ip.header_checksum));
+            expect(
+                ip.header_checksum == check,
+                format!("IPv4 header checksum {:#06x}, want {check:#06x}", ip.header_checksum),
+            );
             tcp.calc_checksum_ipv4(ip, &[])
         }
         (Some(NetHeaders::Ipv6(ip, _)), Ip::V6 { src, dst }) => {
@@ -348,7 +357,10 @@ fn check_rst(syn: &TcpFrame, out: &[u8]) -> Vec<String> {
     };
     expect(tcp.source_port == syn.dst_port && tcp.destination_port == syn.src_port, "ports not swapped".into());
     let flags = (tcp.rst, tcp.ack, tcp.syn, tcp.fin, tcp.psh, tcp.urg);
-    expect(flags == (true, true, false, false, false, false), format!("flags (rst, ack, syn, fin, psh, urg) = {flags:?}"));
+    expect(
+        flags == (true, true, false, false, false, false),
+        format!("flags (rst, ack, syn, fin, psh, urg) = {flags:?}"),
+    );
     expect(tcp.sequence_number == 0, format!("seq {}, want 0", tcp.sequence_number));
     let ack = syn.seq.wrapping_add(1).wrapping_add(syn.payload.len() as u32);
     expect(tcp.acknowledgment_number == ack, format!("ack {}, want {ack}", tcp.acknowledgment_number));
@@ -505,29 +517,97 @@ fn syns_land_in_the_class_their_rules_pick() {
             admitted(format!("{f} SYN matching no rule -> default class"), &plain, "default"),
             admitted(format!("{f} SYN to port 8000 -> port"), &plain.clone().dst_port(8000), "port"),
             admitted(format!("{f} SYN with DSCP 10 -> dscp"), &plain.clone().dscp(10), "dscp"),
-            admitted(format!("{f} SYN with DSCP 10 and ECN CE -> dscp (ECN ignored)"), &plain.clone().dscp(10).ecn(3), "dscp"),
+            admitted(
+                format!("{f} SYN with DSCP 10 and ECN CE -> dscp (ECN ignored)"),
+                &plain.clone().dscp(10).ecn(3),
+                "dscp",
+            ),
             admitted(format!("{f} SYN with DSCP 11 (no rule) -> default"), &plain.clone().dscp(11), "default"),
             admitted(format!("{f} SYN from the wide prefix -> {net}"), &syn(f, Net::Wide), net),
-            admitted(format!("{f} SYN from the narrow prefix -> {narrow} (longest prefix)"), &syn(f, Net::Narrow), narrow),
-            admitted(format!("{f} SYN from a CIDR to port 8000 -> {net} (CIDR beats port)"), &syn(f, Net::Wide).dst_port(8000), net),
-            admitted(format!("{f} SYN from a CIDR with DSCP 10 -> {net} (CIDR beats DSCP)"), &syn(f, Net::Wide).dscp(10), net),
-            admitted(format!("{f} SYN to port 8000 with DSCP 10 -> port (port beats DSCP)"), &plain.clone().dst_port(8000).dscp(10), "port"),
-            admitted(format!("{f} SYN to port 8001 -> default (neighbouring port)"), &plain.clone().dst_port(8001), "default"),
-            admitted(format!("{f} SYN from port 8000 -> default (source port is no rule)"), &plain.clone().ports(8000, 80), "default"),
-            admitted(format!("{f} VLAN-tagged SYN to port 8000 -> port"), &plain.clone().vlan(100).dst_port(8000), "port"),
-            admitted(format!("{f} VLAN-tagged SYN from the narrow prefix -> {narrow}"), &syn(f, Net::Narrow).vlan(4094), narrow),
-            admitted(format!("{f} SYN with TCP options to port 8000 -> port"), &plain.clone().tcp_options(&SYN_OPTIONS).dst_port(8000), "port"),
-            admitted(format!("{f} SYN with data (TFO) to port 8000 -> port"), &plain.clone().payload(b"GET / HTTP/1.1").dst_port(8000), "port"),
-            admitted_frame(format!("{f} SYN padded with zeros -> port"), padded(&plain.clone().dst_port(8000).build(), 90), "port"),
+            admitted(
+                format!("{f} SYN from the narrow prefix -> {narrow} (longest prefix)"),
+                &syn(f, Net::Narrow),
+                narrow,
+            ),
+            admitted(
+                format!("{f} SYN from a CIDR to port 8000 -> {net} (CIDR beats port)"),
+                &syn(f, Net::Wide).dst_port(8000),
+                net,
+            ),
+            admitted(
+                format!("{f} SYN from a CIDR with DSCP 10 -> {net} (CIDR beats DSCP)"),
+                &syn(f, Net::Wide).dscp(10),
+                net,
+            ),
+            admitted(
+                format!("{f} SYN to port 8000 with DSCP 10 -> port (port beats DSCP)"),
+                &plain.clone().dst_port(8000).dscp(10),
+                "port",
+            ),
+            admitted(
+                format!("{f} SYN to port 8001 -> default (neighbouring port)"),
+                &plain.clone().dst_port(8001),
+                "default",
+            ),
+            admitted(
+                format!("{f} SYN from port 8000 -> default (source port is no rule)"),
+                &plain.clone().ports(8000, 80),
+                "default",
+            ),
+            admitted(
+                format!("{f} VLAN-tagged SYN to port 8000 -> port"),
+                &plain.clone().vlan(100).dst_port(8000),
+                "port",
+            ),
+            admitted(
+                format!("{f} VLAN-tagged SYN from the narrow prefix -> {narrow}"),
+                &syn(f, Net::Narrow).vlan(4094),
+                narrow,
+            ),
+            admitted(
+                format!("{f} SYN with TCP options to port 8000 -> port"),
+                &plain.clone().tcp_options(&SYN_OPTIONS).dst_port(8000),
+                "port",
+            ),
+            admitted(
+                format!("{f} SYN with data (TFO) to port 8000 -> port"),
+                &plain.clone().payload(b"GET / HTTP/1.1").dst_port(8000),
+                "port",
+            ),
+            admitted_frame(
+                format!("{f} SYN padded with zeros -> port"),
+                padded(&plain.clone().dst_port(8000).build(), 90),
+                "port",
+            ),
         ]);
     }
     let plain = syn("v4", Net::Outside);
     rows.extend([
-        admitted("v4 SYN with IPv4 options (IHL 7) to port 8000 -> port", &plain.clone().ipv4_options(&IPV4_OPTIONS).dst_port(8000), "port"),
-        admitted("v4 SYN with IPv4 options from the narrow prefix, tagged -> net4_narrow", &syn("v4", Net::Narrow).vlan(3).ipv4_options(&IPV4_OPTIONS), "net4_narrow"),
-        admitted("v4 SYN with IPv4 options and DSCP 10 -> dscp", &plain.clone().ipv4_options(&IPV4_OPTIONS).dscp(10), "dscp"),
-        admitted("v4 first fragment (MF set) SYN to port 8000 -> port (judged)", &plain.clone().first_fragment().dst_port(8000), "port"),
-        admitted_frame("v4 SYN padded to the 60-byte Ethernet minimum -> default", padded(&plain.build(), 60), "default"),
+        admitted(
+            "v4 SYN with IPv4 options (IHL 7) to port 8000 -> port",
+            &plain.clone().ipv4_options(&IPV4_OPTIONS).dst_port(8000),
+            "port",
+        ),
+        admitted(
+            "v4 SYN with IPv4 options from the narrow prefix, tagged -> net4_narrow",
+            &syn("v4", Net::Narrow).vlan(3).ipv4_options(&IPV4_OPTIONS),
+            "net4_narrow",
+        ),
+        admitted(
+            "v4 SYN with IPv4 options and DSCP 10 -> dscp",
+            &plain.clone().ipv4_options(&IPV4_OPTIONS).dscp(10),
+            "dscp",
+        ),
+        admitted(
+            "v4 first fragment (MF set) SYN to port 8000 -> port (judged)",
+            &plain.clone().first_fragment().dst_port(8000),
+            "port",
+        ),
+        admitted_frame(
+            "v4 SYN padded to the 60-byte Ethernet minimum -> default",
+            padded(&plain.build(), 60),
+            "default",
+        ),
     ]);
     let mut labelled = syn("v6", Net::Outside).dst_port(8000);
     labelled.flow_label = 0xabcde;
@@ -591,10 +671,22 @@ fn frames_the_parser_cannot_judge_pass_with_their_reason() {
         passed("v4 UDP to port 8000", v4.clone().udp().build(), PassReason::NotTcp),
         passed("v6 UDP to port 8000", v6.clone().udp().build(), PassReason::NotTcp),
         passed("v4 UDP to port 8000 (VLAN)", v4.clone().vlan(9).udp().build(), PassReason::NotTcp),
-        passed("v4 non-first fragment that looks like a SYN", v4.clone().non_first_fragment(185).build(), PassReason::Ipv4Fragment),
-        passed("v4 middle fragment (MF set, offset 1)", v4.clone().non_first_fragment(1).more_fragments().build(), PassReason::Ipv4Fragment),
+        passed(
+            "v4 non-first fragment that looks like a SYN",
+            v4.clone().non_first_fragment(185).build(),
+            PassReason::Ipv4Fragment,
+        ),
+        passed(
+            "v4 middle fragment (MF set, offset 1)",
+            v4.clone().non_first_fragment(1).more_fragments().build(),
+            PassReason::Ipv4Fragment,
+        ),
         passed("v6 SYN behind a hop-by-hop header", v6.clone().hop_by_hop().build(), PassReason::Ipv6ExtensionHeader),
-        passed("v6 SYN behind a hop-by-hop header (VLAN)", v6.clone().vlan(9).hop_by_hop().build(), PassReason::Ipv6ExtensionHeader),
+        passed(
+            "v6 SYN behind a hop-by-hop header (VLAN)",
+            v6.clone().vlan(9).hop_by_hop().build(),
+            PassReason::Ipv6ExtensionHeader,
+        ),
         passed("v4 SYN with IHL 3", v4.clone().ihl(3).build(), PassReason::BadIpv4Header),
         passed("v4 SYN with IHL 0", v4.clone().ihl(0).build(), PassReason::BadIpv4Header),
         passed("v4 SYN with TCP data offset 4", v4.clone().tcp_data_offset(4).build(), PassReason::BadTcpHeader),
@@ -674,7 +766,11 @@ fn drop_action_drops_over_budget_syns() {
         rows.extend([
             dropped(format!("{f} SYN"), &s, "closed"),
             dropped(format!("{f} VLAN SYN"), &s.clone().vlan(77), "closed"),
-            dropped(format!("{f} SYN with options and data"), &s.clone().tcp_options(&SYN_OPTIONS).payload(b"x"), "closed"),
+            dropped(
+                format!("{f} SYN with options and data"),
+                &s.clone().tcp_options(&SYN_OPTIONS).payload(b"x"),
+                "closed",
+            ),
         ]);
     }
     rows.push(dropped("v4 SYN with IPv4 options", &syn("v4", Net::Outside).ipv4_options(&IPV4_OPTIONS), "closed"));
@@ -704,11 +800,17 @@ fn reject_answers_with_an_rst_checked_byte_for_byte() {
             ("SYN with TCP options (none in the reply)", s.clone().tcp_options(&SYN_OPTIONS)),
             ("SYN with 11 bytes of data (acked)", s.clone().payload(b"hello world")),
             ("SYN with DSCP 46 and ECN (reply has neither)", s.clone().dscp(46).ecn(2)),
-            ("SYN between other MACs", s.clone().macs([0x02, 0xaa, 0xbb, 0xcc, 0xdd, 0xee], [0x02, 0x11, 0x22, 0x33, 0x44, 0x55])),
+            (
+                "SYN between other MACs",
+                s.clone().macs([0x02, 0xaa, 0xbb, 0xcc, 0xdd, 0xee], [0x02, 0x11, 0x22, 0x33, 0x44, 0x55]),
+            ),
         ];
         if f == "v4" {
             cases.push(("SYN with IPv4 options (reply has IHL 5)", s.clone().ipv4_options(&IPV4_OPTIONS)));
-            cases.push(("VLAN SYN with IPv4 and TCP options", s.clone().vlan(7).ipv4_options(&IPV4_OPTIONS).tcp_options(&SYN_OPTIONS)));
+            cases.push((
+                "VLAN SYN with IPv4 and TCP options",
+                s.clone().vlan(7).ipv4_options(&IPV4_OPTIONS).tcp_options(&SYN_OPTIONS),
+            ));
             cases.push(("first fragment (MF set) SYN", s.clone().first_fragment()));
         }
         for (what, syn) in cases {
@@ -754,11 +856,26 @@ fn mark_rewrites_the_dscp_and_nothing_else() {
             marked(format!("{f} SYN, DSCP 10 and ECN 3 -> 46, ECN kept"), &s.clone().dscp(10).ecn(3), "closed", 46),
             marked(format!("{f} SYN, ECN 1 -> 46, ECN kept"), &s.clone().ecn(1), "closed", 46),
             marked(format!("{f} SYN already at 46"), &s.clone().dscp(46), "closed", 46),
-            marked(format!("{f} VLAN SYN with options and data"), &s.clone().vlan(8).tcp_options(&SYN_OPTIONS).payload(b"tfo"), "closed", 46),
-            marked(format!("{f} SYN, DSCP 63 and ECN 2 -> 0, ECN kept"), &s.clone().dst_port(8000).dscp(63).ecn(2), "to_zero", 0),
+            marked(
+                format!("{f} VLAN SYN with options and data"),
+                &s.clone().vlan(8).tcp_options(&SYN_OPTIONS).payload(b"tfo"),
+                "closed",
+                46,
+            ),
+            marked(
+                format!("{f} SYN, DSCP 63 and ECN 2 -> 0, ECN kept"),
+                &s.clone().dst_port(8000).dscp(63).ecn(2),
+                "to_zero",
+                0,
+            ),
         ]);
     }
-    rows.push(marked("v4 SYN with IPv4 options", &syn("v4", Net::Outside).ipv4_options(&IPV4_OPTIONS).dscp(1), "closed", 46));
+    rows.push(marked(
+        "v4 SYN with IPv4 options",
+        &syn("v4", Net::Outside).ipv4_options(&IPV4_OPTIONS).dscp(1),
+        "closed",
+        46,
+    ));
     check_table(MARK, &rows);
 }
 
@@ -929,7 +1046,11 @@ fn off_mode_admits_everything_without_charging() {
             dropped(format!("{f} SYN to a closed enforcing class"), &s, "closed"),
         ]);
         for i in 0..4 {
-            rows.push(admitted(format!("{f} SYN #{i} to a 2-token class that is off"), &s.clone().dst_port(8002), "metered"));
+            rows.push(admitted(
+                format!("{f} SYN #{i} to a 2-token class that is off"),
+                &s.clone().dst_port(8002),
+                "metered",
+            ));
         }
     }
     check_table(CLASS_OFF, &rows);

@@ -1,1 +1,66 @@
-fn main() {}
+//! `cargo xtask`: the project's tasks, so a fresh machine needs no manual step.
+//!
+//! Every task first runs [`bootstrap`] (toolchain pieces, bpf-linker,
+//! iproute2), installing only what is missing. One module per task.
+
+mod bench;
+mod bootstrap;
+mod build;
+mod cmd;
+mod demo;
+mod test;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "cargo xtask", about = "shedder's project tasks")]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Install what building and testing need, if missing: nightly's rust-src,
+    /// bpf-linker (built against nightly's own LLVM), iproute2.
+    Bootstrap,
+    /// Build the `shedder` daemon in release (its build script compiles and embeds the eBPF object).
+    Build {
+        /// Also build the default workspace members in the debug profile.
+        #[arg(long)]
+        debug: bool,
+    },
+    /// Run every test (unit, BPF_PROG_TEST_RUN tables, network-namespace end-to-end). Needs root.
+    ///
+    /// Arguments after `--` go to `cargo test`; put test-binary arguments after a second `--`.
+    Test {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// Run the benchmarks (`shedder-bench`, release). Needs root. Arguments go to the bench.
+    Bench {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// A guided tour: the daemon shedding real connections between two network
+    /// namespaces, live. Needs root. Arguments go to `shedder-demo` (try `-- --help`).
+    Demo {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.task {
+        Task::Bootstrap => bootstrap::run(bootstrap::Needs::everything("bootstrap")),
+        Task::Build { debug } => build::run(debug),
+        Task::Test { args } => test::run(&args),
+        Task::Bench { args } => bench::run(&args),
+        Task::Demo { args } => demo::run(&args),
+    };
+    if let Err(e) = result {
+        eprintln!("xtask: error: {e:#}");
+        std::process::exit(cmd::exit_code_of(&e));
+    }
+}

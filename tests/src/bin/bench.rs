@@ -148,7 +148,9 @@ fn counters(datapath: &Datapath) -> anyhow::Result<BTreeMap<String, u64>> {
     let mut all = BTreeMap::new();
     for class in datapath.class_snapshots()? {
         let c = class.counters;
-        for (field, value) in [("admitted", c.admitted), ("dropped", c.dropped), ("rejected", c.rejected), ("marked", c.marked)] {
+        for (field, value) in
+            [("admitted", c.admitted), ("dropped", c.dropped), ("rejected", c.rejected), ("marked", c.marked)]
+        {
             all.insert(format!("{}.{field}", class.name), value);
         }
     }
@@ -187,7 +189,11 @@ fn sample(datapath: &Datapath, path: &Path, args: &Args) -> anyhow::Result<f64> 
     if let Some(counter) = path.counter {
         let after = counters(datapath)?;
         let grew = after[counter] - before[counter];
-        ensure!(grew == iterations, "{}: {counter} grew by {grew} over {iterations} runs: not the path it claims", path.name);
+        ensure!(
+            grew == iterations,
+            "{}: {counter} grew by {grew} over {iterations} runs: not the path it claims",
+            path.name
+        );
     }
     Ok(figures)
 }
@@ -240,18 +246,81 @@ fn bench() -> anyhow::Result<()> {
     let ack = TcpFrame::v4_default().dst_port(8001).ack().build();
     let xdp = datapath.xdp();
     let paths = [
-        Path { name: "baseline XDP_PASS", program: pass.program(), frame: syn(80), code: XDP_PASS, counter: None, method: Method::Repeated },
-        Path { name: "non-SYN (ACK) passed", program: xdp, frame: ack, code: XDP_PASS, counter: Some("pass.not_syn"), method: Method::Repeated },
-        Path { name: "SYN admitted", program: xdp, frame: syn(80), code: XDP_PASS, counter: Some("open.admitted"), method: Method::Repeated },
+        Path {
+            name: "baseline XDP_PASS",
+            program: pass.program(),
+            frame: syn(80),
+            code: XDP_PASS,
+            counter: None,
+            method: Method::Repeated,
+        },
+        Path {
+            name: "non-SYN (ACK) passed",
+            program: xdp,
+            frame: ack,
+            code: XDP_PASS,
+            counter: Some("pass.not_syn"),
+            method: Method::Repeated,
+        },
+        Path {
+            name: "SYN admitted",
+            program: xdp,
+            frame: syn(80),
+            code: XDP_PASS,
+            counter: Some("open.admitted"),
+            method: Method::Repeated,
+        },
         // Diagnostic: a SYN of a class that is off skips the clock and the bucket.
-        Path { name: "SYN admitted, class off (no bucket)", program: xdp, frame: syn(8004), code: XDP_PASS, counter: Some("free.admitted"), method: Method::Repeated },
-        Path { name: "SYN dropped", program: xdp, frame: syn(8001), code: XDP_DROP, counter: Some("drop.dropped"), method: Method::Repeated },
-        Path { name: "SYN rejected (RST)", program: xdp, frame: syn(8002), code: XDP_TX, counter: Some("reject.rejected"), method: Method::Single },
-        Path { name: "SYN marked (DSCP)", program: xdp, frame: syn(8003), code: XDP_PASS, counter: Some("mark.marked"), method: Method::Repeated },
+        Path {
+            name: "SYN admitted, class off (no bucket)",
+            program: xdp,
+            frame: syn(8004),
+            code: XDP_PASS,
+            counter: Some("free.admitted"),
+            method: Method::Repeated,
+        },
+        Path {
+            name: "SYN dropped",
+            program: xdp,
+            frame: syn(8001),
+            code: XDP_DROP,
+            counter: Some("drop.dropped"),
+            method: Method::Repeated,
+        },
+        Path {
+            name: "SYN rejected (RST)",
+            program: xdp,
+            frame: syn(8002),
+            code: XDP_TX,
+            counter: Some("reject.rejected"),
+            method: Method::Single,
+        },
+        Path {
+            name: "SYN marked (DSCP)",
+            program: xdp,
+            frame: syn(8003),
+            code: XDP_PASS,
+            counter: Some("mark.marked"),
+            method: Method::Repeated,
+        },
         // Single-run references: the baseline the reject figure is differenced
         // against, and drop timed the same way to show the method agrees.
-        Path { name: "baseline, single runs", program: pass.program(), frame: syn(80), code: XDP_PASS, counter: None, method: Method::Single },
-        Path { name: "SYN dropped, single runs", program: xdp, frame: syn(8001), code: XDP_DROP, counter: Some("drop.dropped"), method: Method::Single },
+        Path {
+            name: "baseline, single runs",
+            program: pass.program(),
+            frame: syn(80),
+            code: XDP_PASS,
+            counter: None,
+            method: Method::Single,
+        },
+        Path {
+            name: "SYN dropped, single runs",
+            program: xdp,
+            frame: syn(8001),
+            code: XDP_DROP,
+            counter: Some("drop.dropped"),
+            method: Method::Single,
+        },
     ];
 
     println!(

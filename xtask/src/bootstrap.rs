@@ -1,0 +1,297 @@
+//! Makes this machine able to build and test shedder, installing only what is
+//! missing, and saying what it does and why. See ../shared/ENVIRONMENT.md
+//! ("bpf-linker") for the recipe this follows.
+//!
+//! * nightly's `rust-src`: the eBPF crate is built with `-Z build-std=core`.
+//! * `bpf-linker`: links Rust eBPF objects. It is built from crates.io against
+//!   the nightly toolchain's own libLLVM, so rustc and the linker agree on the
+//!   LLVM version.
+//! * `ip` (iproute2): the test beds create network namespaces and veth pairs.
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+use anyhow::{Context as _, bail};
+
+use crate::cmd::{self, find_on_path, is_executable, is_root};
+
+/// The bpf-linker release known to work with the pinned aya crates.
+const BPF_LINKER_VERSION: &str = "0.13.0";
+/// LLVM majors that bpf-linker 0.13.0 has a `llvm-N` feature for.
+const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
+
+/// What a task needs from the machine.
+pub struct Needs {
+    /// The task's name, for messages.
+    pub task: &'static str,
+    /// Refuse to run unless root (loading eBPF, creating namespaces).
+    pub root: bool,
+    /// Make sure `ip` exists (installed when missing, if we are root).
+    pub iproute2: bool,
+}
+
+impl Needs {
+    /// `cargo xtask bootstrap`: everything that can be installed; no root required.
+    pub fn everything(task: &'static str) -> Self {
+        Self { task, root: false, iproute2: true }
+    }
+
+    /// Tasks that only compile.
+    pub fn build(task: &'static str) -> Self {
+        Self { task, root: false, iproute2: false }
+    }
+
+    /// Tasks that load eBPF programs and create network namespaces.
+    pub fn root(task: &'static str) -> Self {
+        Self { task, root: true, iproute2: true }
+    }
+}
+
+fn say(message: impl AsRef<str>) {
+    println!("bootstrap: {}", message.as_ref());
+}
+
+pub fn run(needs: Needs) -> anyhow::Result<()> {
+    if needs.root && !is_root() {
+        bail!(
+            "`cargo xtask {task}` must run as root: it loads eBPF programs (CAP_BPF) and creates network \
+             namespaces and veth pairs (CAP_NET_ADMIN). Run it as root, e.g. `sudo -E cargo xtask {task}`.",
+            task = needs.task
+        );
+    }
+    ensure_nightly_rust_src()?;
+    ensure_bpf_linker()?;
+    if needs.iproute2 {
+        ensure_iproute2(needs.root)?;
+    }
+    Ok(())
+}
+
+/// `$CARGO_HOME`, by default `~/.cargo`.
+fn cargo_home() -> anyhow::Result<PathBuf> {
+    if let Some(home) = std::env::var_os("CARGO_HOME") {
+        return Ok(PathBuf::from(home));
+    }
+    let home = std::env::var_os("HOME").context("neither CARGO_HOME nor HOME is set")?;
+    Ok(PathBuf::from(home).join(".cargo"))
+}
+
+fn rustup() -> anyhow::Result<Command> {
+    let in_cargo_home = cargo_home()?.join("bin").join("rustup");
+    match find_on_path("rustup").or_else(|| is_executable(&in_cargo_home).then_some(in_cargo_home)) {
+        Some(path) => Ok(Command::new(path)),
+        None => bail!(
+            "rustup is not on PATH nor in $CARGO_HOME/bin; shedder's eBPF crate is built with rustup's \
+             `nightly` toolchain (see ../shared/ENVIRONMENT.md)"
+        ),
+    }
+}
+
+/// A command run by the nightly toolchain (`rustup run nightly …`).
+fn nightly(program: &str) -> anyhow::Result<Command> {
+    let mut cmd = rustup()?;
+    cmd.args(["run", "nightly", program]);
+    Ok(cmd)
+}
+
+fn ensure_nightly_rust_src() -> anyhow::Result<()> {
+    let toolchains = cmd::output(rustup()?.args(["toolchain", "list"]))?;
+    if !toolchains.lines().any(|l| l.starts_with("nightly")) {
+        say("the nightly toolchain is missing (the eBPF crate needs it); installing it");
+        cmd::run(rustup()?.args(["toolchain", "install", "nightly", "--profile", "minimal"]))
+            .context("installing the nightly toolchain (newer toolchains may not be fetchable here)")?;
+    }
+    let installed = cmd::output(rustup()?.args(["component", "list", "--toolchain", "nightly", "--installed"]))?;
+    if installed.lines().any(|l| l.trim() == "rust-src" || l.starts_with("rust-src-")) {
+        say("nightly rust-src: present");
+        return Ok(());
+    }
+    say("nightly rust-src is missing (the eBPF build uses -Z build-std=core); adding it");
+    cmd::run(rustup()?.args(["component", "add", "rust-src", "--toolchain", "nightly"]))
+}
+
+/// The version line of a bpf-linker that runs (its libLLVM is loadable).
+fn bpf_linker_version(path: &Path) -> anyhow::Result<String> {
+    let out = cmd::output(Command::new(path).arg("--version"))?;
+    Ok(out.trim().to_string())
+}
+
+fn ensure_bpf_linker() -> anyhow::Result<()> {
+    let cargo_bin = cargo_home()?.join("bin");
+    let on_path = find_on_path("bpf-linker");
+    let in_cargo_bin = Some(cargo_bin.join("bpf-linker")).filter(|p| is_executable(p));
+    let found = on_path.clone().or_else(|| in_cargo_bin.clone());
+    let force = match found {
+        Some(path) => match bpf_linker_version(&path) {
+            Ok(version) => {
+                say(format!("bpf-linker: present ({version}, {})", path.display()));
+                if on_path.is_none() {
+                    say(format!("{} is not on PATH; adding it for the builds xtask runs", cargo_bin.display()));
+                    prepend_to_path(&cargo_bin)?;
+                }
+                return Ok(());
+            }
+            Err(e) => {
+                say(format!(
+                    "bpf-linker at {} does not run ({e:#}); the nightly toolchain's libLLVM probably changed. \
+                     Rebuilding it",
+                    path.display()
+                ));
+                true
+            }
+        },
+        None => {
+            say(format!(
+                "bpf-linker is not installed (it links the Rust eBPF objects); building {BPF_LINKER_VERSION} \
+                 from crates.io against the nightly toolchain's libLLVM (a few minutes)"
+            ));
+            false
+        }
+    };
+    install_bpf_linker(force)?;
+    let installed = cargo_bin.join("bpf-linker");
+    let version = bpf_linker_version(&installed).context("the freshly built bpf-linker does not run")?;
+    say(format!("bpf-linker: installed ({version}, {})", installed.display()));
+    // Ours must win over any other (broken) bpf-linker on PATH.
+    if find_on_path("bpf-linker").as_deref() != Some(installed.as_path()) {
+        prepend_to_path(&cargo_bin)?;
+    }
+    Ok(())
+}
+
+/// The recipe from ../shared/ENVIRONMENT.md:
+///
+/// ```sh
+/// SYSROOT=$(rustc +nightly --print sysroot)
+/// LIB=$(basename "$(ls "$SYSROOT"/lib/libLLVM.so.*)")
+/// PFX=${CARGO_HOME:-$HOME/.cargo}/bpf-linker-llvm
+/// mkdir -p "$PFX/lib"
+/// ln -sf "$SYSROOT/lib/$LIB" "$PFX/lib/libLLVM.so"   # what the build links against
+/// ln -sf "$SYSROOT/lib/$LIB" "$PFX/lib/$LIB"         # what the binary loads (its SONAME)
+/// LLVM_PREFIX=$PFX cargo install bpf-linker --version 0.13.0 --no-default-features --features llvm-22
+/// ```
+///
+/// The `llvm-N` feature follows nightly's LLVM major (22 on this project's machines).
+fn install_bpf_linker(force: bool) -> anyhow::Result<()> {
+    let sysroot = PathBuf::from(cmd::output(nightly("rustc")?.args(["--print", "sysroot"]))?.trim());
+    let sysroot_lib = sysroot.join("lib");
+    let lib = libllvm_name(&sysroot_lib)?;
+    let major = nightly_llvm_major()?;
+    if !BPF_LINKER_LLVM_MAJORS.contains(&major) {
+        bail!(
+            "nightly's LLVM is {major}, but bpf-linker {BPF_LINKER_VERSION} only builds against LLVM \
+             {BPF_LINKER_LLVM_MAJORS:?}; pick a matching bpf-linker release"
+        );
+    }
+    let prefix = cargo_home()?.join("bpf-linker-llvm");
+    let prefix_lib = prefix.join("lib");
+    std::fs::create_dir_all(&prefix_lib).with_context(|| format!("creating {}", prefix_lib.display()))?;
+    let target = sysroot_lib.join(&lib);
+    // libLLVM.so: what the build links against; the SONAME name: what the binary
+    // loads at run time (its RUNPATH points at this directory).
+    for link in [prefix_lib.join("libLLVM.so"), prefix_lib.join(&lib)] {
+        symlink_force(&target, &link)?;
+        say(format!("linked {} -> {}", link.display(), target.display()));
+    }
+    let mut install = cmd::cargo();
+    install
+        .env("LLVM_PREFIX", &prefix)
+        .args(["install", "bpf-linker", "--version", BPF_LINKER_VERSION, "--no-default-features"])
+        .args(["--features", &format!("llvm-{major}")]);
+    if force {
+        install.arg("--force");
+    }
+    say(format!("LLVM_PREFIX={}", prefix.display()));
+    cmd::run(&mut install).context("building bpf-linker")
+}
+
+/// The one `libLLVM.so.*` in the nightly sysroot, e.g. `libLLVM.so.22.1-rust-1.97.0-nightly`.
+fn libllvm_name(sysroot_lib: &Path) -> anyhow::Result<String> {
+    let mut names: Vec<String> = std::fs::read_dir(sysroot_lib)
+        .with_context(|| format!("listing {}", sysroot_lib.display()))?
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with("libLLVM.so."))
+        .collect();
+    names.sort();
+    match names.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => bail!(
+            "no libLLVM.so.* in {}; is the nightly toolchain complete (rustup component list --toolchain nightly)?",
+            sysroot_lib.display()
+        ),
+        many => bail!("several libLLVM.so.* in {}: {many:?}; cannot tell which one rustc uses", sysroot_lib.display()),
+    }
+}
+
+/// The major of `LLVM version: 22.1.4` in `rustc -vV`.
+fn nightly_llvm_major() -> anyhow::Result<u32> {
+    let verbose = cmd::output(nightly("rustc")?.arg("-vV"))?;
+    let version = verbose
+        .lines()
+        .find_map(|l| l.strip_prefix("LLVM version:"))
+        .context("`rustc +nightly -vV` names no LLVM version")?;
+    let major = version.trim().split('.').next().unwrap_or_default();
+    major.parse().with_context(|| format!("unexpected LLVM version {:?}", version.trim()))
+}
+
+/// `ln -sf target link`.
+fn symlink_force(target: &Path, link: &Path) -> anyhow::Result<()> {
+    match std::fs::symlink_metadata(link) {
+        Ok(_) => std::fs::remove_file(link).with_context(|| format!("replacing {}", link.display()))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(e).with_context(|| format!("inspecting {}", link.display())),
+    }
+    std::os::unix::fs::symlink(target, link)
+        .with_context(|| format!("linking {} -> {}", link.display(), target.display()))
+}
+
+fn prepend_to_path(dir: &Path) -> anyhow::Result<()> {
+    let old = std::env::var_os("PATH").unwrap_or_default();
+    let new = std::env::join_paths(std::iter::once(dir.to_path_buf()).chain(std::env::split_paths(&old)))
+        .context("building PATH")?;
+    // SAFETY: bootstrap runs first, while xtask is still single-threaded.
+    unsafe { std::env::set_var("PATH", new) };
+    Ok(())
+}
+
+/// Where `ip` is; a non-root PATH often lacks the sbin directories.
+fn find_ip() -> Option<PathBuf> {
+    find_on_path("ip").or_else(|| {
+        ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"].into_iter().map(PathBuf::from).find(|p| is_executable(p))
+    })
+}
+
+fn ensure_iproute2(required: bool) -> anyhow::Result<()> {
+    if let Some(ip) = find_ip() {
+        say(format!("iproute2: present ({})", ip.display()));
+        return Ok(());
+    }
+    if !is_root() {
+        let message = "iproute2 (`ip`) is missing; the test beds need it to create network namespaces";
+        if required {
+            bail!("{message}");
+        }
+        say(format!("{message}. Run `cargo xtask bootstrap` as root to install it."));
+        return Ok(());
+    }
+    let Some(apt) = find_on_path("apt-get") else {
+        bail!("iproute2 (`ip`) is missing and there is no apt-get to install it; install iproute2 by hand");
+    };
+    say("iproute2 (`ip`) is missing; the test beds need it to create network namespaces. Installing it");
+    let install = || {
+        let mut cmd = Command::new(&apt);
+        cmd.env("DEBIAN_FRONTEND", "noninteractive").args(["install", "-y", "iproute2"]);
+        cmd::run(&mut cmd)
+    };
+    if install().is_err() {
+        say("apt-get install failed; refreshing the package lists and retrying");
+        cmd::run(Command::new(&apt).arg("update"))?;
+        install()?;
+    }
+    if find_ip().is_none() {
+        bail!("installed iproute2, but `ip` is still not found");
+    }
+    Ok(())
+}
