@@ -1,18 +1,20 @@
 //! A child process that is killed (by its PID) and reaped when the guard drops.
 
-use std::process::{Child, Command};
+use std::{
+    process::{Child, Command},
+    time::{Duration, Instant},
+};
 
 use anyhow::Context as _;
 
 pub struct ChildGuard {
     child: Child,
-    what: String,
 }
 
 impl ChildGuard {
     pub fn spawn(command: &mut Command, what: &str) -> anyhow::Result<Self> {
         let child = command.spawn().with_context(|| format!("starting {what}"))?;
-        Ok(Self { child, what: what.to_string() })
+        Ok(Self { child })
     }
 
     pub fn id(&self) -> u32 {
@@ -24,12 +26,19 @@ impl ChildGuard {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// Asks the process to stop with `signal` and waits for it.
-    pub fn stop(mut self, signal: nix::sys::signal::Signal) -> anyhow::Result<std::process::ExitStatus> {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, signal);
-        let status = self.child.wait().with_context(|| format!("waiting for {}", self.what))?;
-        Ok(status)
+    /// Asks the process to stop with `signal` (by its PID), and kills it if it
+    /// has not exited within `grace` (dropping the guard kills and reaps it).
+    /// Returns whether it exited by itself.
+    pub fn stop(mut self, signal: nix::sys::signal::Signal, grace: Duration) -> bool {
+        if self.is_running() {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, signal);
+        }
+        let until = Instant::now() + grace;
+        while self.is_running() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        !self.is_running()
     }
 }
 

@@ -8,3 +8,4 @@
 pub mod child;
 pub mod netns;
 pub mod packets;
+pub mod saved_syn;

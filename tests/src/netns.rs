@@ -3,7 +3,7 @@
 
 use std::{
     fs::File,
-    net::{Ipv4Addr, Ipv6Addr},
+    net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener},
     path::PathBuf,
     process::Command,
     sync::atomic::{AtomicU32, Ordering},
@@ -11,6 +11,9 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use nix::sched::{CloneFlags, setns};
+use shedder_daemon::datapath::PassProgram;
+
+use crate::saved_syn::save_syns;
 
 fn ip(args: &[&str]) -> anyhow::Result<()> {
     let out = Command::new("ip").args(args).output().context("running ip (iproute2)")?;
@@ -138,5 +141,34 @@ impl Testbed {
             ns.ip(&["link", "set", ifname, "up"])?;
         }
         Ok(Self { client, server, client_if, server_if })
+    }
+
+    /// Attaches a bare XDP_PASS program to the client's veth end, from inside
+    /// the client namespace (where aya resolves the interface and makes its
+    /// netlink calls). veth delivers XDP_TX'd frames (shedder's RSTs) only to
+    /// a peer that runs XDP itself. Detached when the program drops.
+    pub fn attach_client_pass(&self) -> anyhow::Result<PassProgram> {
+        let iface = self.client_if.clone();
+        self.client
+            .run(move || -> anyhow::Result<PassProgram> {
+                let mut pass = PassProgram::load()?;
+                pass.attach(&iface)?;
+                Ok(pass)
+            })?
+            .context("attaching XDP_PASS to the client's veth end")
+    }
+
+    /// A non-blocking listener on `on` inside the server namespace. With
+    /// `save_syn`, the kernel keeps each accepted connection's SYN
+    /// (see [`crate::saved_syn`]).
+    pub fn listen(&self, on: SocketAddr, save_syn: bool) -> anyhow::Result<TcpListener> {
+        self.server.run(move || -> anyhow::Result<TcpListener> {
+            let listener = TcpListener::bind(on).with_context(|| format!("listening on {on}"))?;
+            if save_syn {
+                save_syns(&listener).context("setsockopt(TCP_SAVE_SYN)")?;
+            }
+            listener.set_nonblocking(true)?;
+            Ok(listener)
+        })?
     }
 }

@@ -11,7 +11,7 @@
 
 use std::{
     io::{self, Read as _, Write as _},
-    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream},
+    net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream},
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
     sync::{
         Arc, Mutex,
@@ -29,7 +29,10 @@ use shedder_daemon::{
     config::{Config, Plan},
     datapath::{AttachKind, Attachment, Datapath, PassProgram},
 };
-use shedder_tests::netns::Testbed;
+use shedder_tests::{
+    netns::Testbed,
+    saved_syn::{dscp_of, saved_syn},
+};
 
 /// Long enough that a refused or admitted connect never runs into it.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(5);
@@ -88,19 +91,7 @@ impl Bed {
             .and_then(|r| r.map_err(Into::into))
             .expect("turning off transmit checksum offload on the client's veth end");
         let peer = match kind {
-            AttachKind::Xdp => {
-                let iface = tb.client_if.clone();
-                let pass = tb
-                    .client
-                    .run(move || -> anyhow::Result<PassProgram> {
-                        let mut pass = PassProgram::load()?;
-                        pass.attach(&iface)?;
-                        Ok(pass)
-                    })
-                    .and_then(|r| r)
-                    .expect("attaching XDP_PASS to the client's veth end");
-                Some(pass)
-            }
+            AttachKind::Xdp => Some(tb.attach_client_pass().expect("the client's XDP_PASS")),
             AttachKind::Tc => None,
         };
         Self { dp, attachment, _peer: peer, tb }
@@ -209,29 +200,6 @@ struct Server {
     thread: Option<JoinHandle<()>>,
 }
 
-fn setsockopt_int(fd: i32, level: i32, name: i32, value: i32) -> io::Result<()> {
-    // SAFETY: a valid fd and a pointer to a live c_int of the stated size.
-    let rc = unsafe {
-        libc::setsockopt(fd, level, name, (&value as *const i32).cast(), size_of::<i32>() as libc::socklen_t)
-    };
-    if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
-}
-
-/// `TCP_SAVED_SYN`: the headers of the SYN that opened `stream`.
-fn saved_syn(stream: &TcpStream) -> io::Result<Vec<u8>> {
-    let mut buf = vec![0u8; 512];
-    let mut len = buf.len() as libc::socklen_t;
-    // SAFETY: a valid fd; buf and len describe a writable buffer.
-    let rc = unsafe {
-        libc::getsockopt(stream.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_SAVED_SYN, buf.as_mut_ptr().cast(), &mut len)
-    };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    buf.truncate(len as usize);
-    Ok(buf)
-}
-
 fn echo(mut stream: TcpStream) {
     let _ = stream.set_read_timeout(Some(Duration::from_secs(20)));
     let mut buf = [0u8; 4096];
@@ -249,19 +217,7 @@ fn echo(mut stream: TcpStream) {
 
 impl Server {
     fn start(bed: &Bed, on: SocketAddr, save_syn: bool) -> Self {
-        let listener = bed
-            .tb
-            .server
-            .run(move || -> io::Result<TcpListener> {
-                let listener = TcpListener::bind(on)?;
-                if save_syn {
-                    setsockopt_int(listener.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_SAVE_SYN, 1)?;
-                }
-                listener.set_nonblocking(true)?;
-                Ok(listener)
-            })
-            .expect("server thread")
-            .unwrap_or_else(|e| panic!("listening on {on}: {e}"));
+        let listener = bed.tb.listen(on, save_syn).unwrap_or_else(|e| panic!("{e:#}"));
         let stop = Arc::new(AtomicBool::new(false));
         let accepted = Arc::new(Mutex::new(Vec::new()));
         let thread = {
@@ -360,7 +316,7 @@ fn assert_refused(bed: &Bed, to: SocketAddr) {
 /// checking that it really is an IP header followed by a bare SYN.
 fn parse_saved_syn(syn: &[u8]) -> (u8, IpAddr) {
     assert!(!syn.is_empty(), "empty saved SYN");
-    let (dscp, src, l4) = match syn[0] >> 4 {
+    let (src, l4) = match syn[0] >> 4 {
         4 => {
             let ihl = (syn[0] & 0x0f) as usize * 4;
             assert!(ihl >= 20 && syn.len() >= ihl + 20, "short IPv4 SYN: {syn:02x?}");
@@ -368,20 +324,19 @@ fn parse_saved_syn(syn: &[u8]) -> (u8, IpAddr) {
             // The header checksum must still hold after the DSCP rewrite.
             assert_eq!(fold(sum_words(&syn[..ihl])), 0xffff, "bad IPv4 header checksum: {syn:02x?}");
             let src: [u8; 4] = syn[12..16].try_into().unwrap();
-            (syn[1] >> 2, IpAddr::V4(Ipv4Addr::from(src)), ihl)
+            (IpAddr::V4(Ipv4Addr::from(src)), ihl)
         }
         6 => {
             assert!(syn.len() >= 40 + 20, "short IPv6 SYN: {syn:02x?}");
             assert_eq!(syn[6], 6, "not TCP");
-            let traffic_class = ((syn[0] & 0x0f) << 4) | (syn[1] >> 4);
             let src: [u8; 16] = syn[8..24].try_into().unwrap();
-            (traffic_class >> 2, IpAddr::V6(Ipv6Addr::from(src)), 40)
+            (IpAddr::V6(Ipv6Addr::from(src)), 40)
         }
         v => panic!("saved SYN does not start with an IP header (version {v}): {syn:02x?}"),
     };
     let flags = syn[l4 + 13];
     assert_eq!(flags & 0x12, 0x02, "saved segment is not a bare SYN (flags {flags:#04x})");
-    (dscp, src)
+    (dscp_of(syn).expect("checked above: an IP header"), src)
 }
 
 fn client_ip(server: SocketAddr) -> IpAddr {
