@@ -3,10 +3,18 @@
 //!
 //! * [`config`]: the configuration file and its validation into a [`config::Plan`].
 //! * [`datapath`]: loading, attaching and programming the eBPF fast path.
+//! * [`telemetry`]: GPU readings, pushed samples and scraped exporters.
+//! * [`estimate`]: per-class sliding-window quantiles of queue age and service time.
+//! * [`control`]: deadline slack, the budget law and the GPU gate.
+//! * [`admit`]: job-level admission for servers that want a per-request answer.
 //! * [`report`]: the periodic counters log.
 //! * [`clock`]: the clock the fast path's buckets run on.
 
+pub mod admit;
 pub mod clock;
 pub mod config;
+pub mod control;
 pub mod datapath;
+pub mod estimate;
 pub mod report;
+pub mod telemetry;
