@@ -26,6 +26,7 @@ pub mod names {
     pub const SRC_V6: &str = "SRC_V6";
     pub const DST_PORTS: &str = "DST_PORTS";
     pub const DSCP_IN: &str = "DSCP_IN";
+    pub const HEARTBEAT: &str = "HEARTBEAT";
 }
 
 /// Program names in the eBPF object.

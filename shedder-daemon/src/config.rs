@@ -9,6 +9,11 @@ use std::{collections::BTreeMap, fmt, path::Path};
 use anyhow::Context as _;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
+use crate::{
+    control::{Budget, ClassPolicy, ControlParams, Controller},
+    estimate::{ClassPrior, EstimatorParams, Estimators},
+    telemetry::scrape::ScrapeTarget,
+};
 use shedder_common::{
     bucket::BucketParams,
     classify::{Mode, RuleTarget, target_for},
@@ -72,6 +77,22 @@ pub struct Config {
     pub classes: Vec<ClassSpec>,
     #[serde(rename = "rule", default)]
     pub rules: Vec<RuleSpec>,
+    /// The sliding-window estimators (`[estimator]`).
+    #[serde(default)]
+    pub estimator: EstimatorParams,
+    /// The budget law and the GPU gate (`[control]`).
+    #[serde(default)]
+    pub control: ControlParams,
+    /// Inference servers' Prometheus endpoints (`[[scrape]]`).
+    #[serde(rename = "scrape", default, skip_serializing_if = "Vec::is_empty")]
+    pub scrapes: Vec<ScrapeTarget>,
+    /// How often the endpoints are scraped, ms.
+    #[serde(default = "default_scrape_interval_ms")]
+    pub scrape_interval_ms: u64,
+}
+
+fn default_scrape_interval_ms() -> u64 {
+    1000
 }
 
 fn default_mode() -> ModeName {
@@ -86,8 +107,10 @@ fn one_token() -> f64 {
 #[serde(deny_unknown_fields)]
 pub struct ClassSpec {
     pub name: String,
-    /// Tokens per second; 0 closes the class to new connections.
-    pub rate: f64,
+    /// Tokens per second; 0 closes the class to new connections. Left out
+    /// for an adaptive class, whose rate the controller sets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
     /// Bucket depth, tokens.
     pub burst: f64,
     /// Tokens one new connection costs.
@@ -100,6 +123,45 @@ pub struct ClassSpec {
     /// Overrides the global mode for this class.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<ModeName>,
+    /// The class's deadline: enables deadline-slack control.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<f64>,
+    /// Margin kept below the deadline, ms (default 250).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub safety_ms: Option<f64>,
+    /// The controller sets the rate within these bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<AdaptiveSpec>,
+    /// Batch work: held back while the GPU gate is closed.
+    #[serde(default)]
+    pub opportunistic: bool,
+    /// What the class looks like before enough samples arrive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prior: Option<ClassPrior>,
+}
+
+impl ClassSpec {
+    /// The rate the datapath starts with: the operator's, or for an adaptive
+    /// class its maximum (the controller cuts from there).
+    pub fn starting_rate(&self) -> Option<f64> {
+        self.rate.or(self.adaptive.as_ref().map(|a| a.max_rate))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdaptiveSpec {
+    #[serde(default)]
+    pub min_rate: f64,
+    pub max_rate: f64,
+}
+
+/// Everything the control plane needs from the config, validated.
+pub struct ControlSetup {
+    pub estimators: Estimators,
+    pub controller: Controller,
+    pub scrapes: Vec<ScrapeTarget>,
+    pub scrape_interval_ms: u64,
 }
 
 /// Selects `class` by exactly one of the match fields.
@@ -202,6 +264,63 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Validates the control-plane part and builds its state. Classes with
+    /// a `deadline_ms` are controlled; the others keep their rate.
+    pub fn control(&self) -> Result<ControlSetup, ConfigError> {
+        let mut policies = BTreeMap::new();
+        let mut priors = BTreeMap::new();
+        for (i, class) in self.classes.iter().enumerate() {
+            let field = |name: &str| format!("class[{i}].{name}");
+            priors.insert(class.name.clone(), class.prior.clone().unwrap_or_default());
+            let Some(deadline_ms) = class.deadline_ms else {
+                for (set, name) in [
+                    (class.adaptive.is_some(), "adaptive"),
+                    (class.opportunistic, "opportunistic"),
+                    (class.safety_ms.is_some(), "safety_ms"),
+                ] {
+                    if set {
+                        return fail(field(name), "only means something with a deadline_ms");
+                    }
+                }
+                continue;
+            };
+            let budget = match &class.adaptive {
+                Some(a) => Budget::Adaptive { min_rate: a.min_rate, max_rate: a.max_rate },
+                None => Budget::Static { rate: initial_rate(class, &field)? },
+            };
+            let policy = ClassPolicy {
+                deadline_ms,
+                safety_ms: class.safety_ms.unwrap_or(250.0),
+                budget,
+                opportunistic: class.opportunistic,
+            };
+            policies.insert(class.name.clone(), policy);
+        }
+        let estimators =
+            Estimators::new(self.estimator.clone(), priors).map_err(|e| ConfigError { field: "estimator".into(), message: e.to_string() })?;
+        let controller = Controller::new(self.control.clone(), policies)
+            .map_err(|e| ConfigError { field: "control".into(), message: e.to_string() })?;
+        for (i, target) in self.scrapes.iter().enumerate() {
+            target.validate().map_err(|e| ConfigError { field: format!("scrape[{i}]"), message: format!("{e:#}") })?;
+            for (model, class) in &target.models {
+                if !self.classes.iter().any(|c| c.name == *class) {
+                    return fail(format!("scrape[{i}].models.{model}"), format!("no class is named \"{class}\""));
+                }
+            }
+        }
+        if self.scrape_interval_ms == 0 {
+            return fail("scrape_interval_ms", "must be positive");
+        }
+        Ok(ControlSetup {
+            estimators,
+            controller,
+            scrapes: self.scrapes.clone(),
+            scrape_interval_ms: self.scrape_interval_ms,
+        })
+    }
+}
+
 /// Converts tokens to milli-tokens, refusing values the fixed point cannot hold.
 fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, ConfigError> {
     if !(0.0..=MAX_TOKENS).contains(&value) {
@@ -214,8 +333,18 @@ fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, ConfigError> 
     Ok(scaled)
 }
 
+/// [`ClassSpec::starting_rate`], with the two ways to get it wrong refused.
+fn initial_rate(class: &ClassSpec, field: &dyn Fn(&str) -> String) -> Result<f64, ConfigError> {
+    match (class.rate, &class.adaptive) {
+        (Some(_), Some(_)) => fail(field("rate"), "an adaptive class's rate is set by the controller; leave it out"),
+        _ => class
+            .starting_rate()
+            .map_or_else(|| fail(field("rate"), "required (or give `adaptive` bounds and a deadline_ms)"), Ok),
+    }
+}
+
 fn class_config(class: &ClassSpec, field: &dyn Fn(&str) -> String) -> Result<ClassConfig, ConfigError> {
-    let rate = milli(class.rate, &field("rate"), true)?;
+    let rate = milli(initial_rate(class, field)?, &field("rate"), true)?;
     let burst = milli(class.burst, &field("burst"), false)?;
     let cost = milli(class.cost, &field("cost"), false)?;
     if burst < cost {

@@ -236,6 +236,19 @@ impl Datapath {
         PassReason::ALL.iter().map(|reason| Ok((*reason, counters.get(&(*reason as u32), 0)?.iter().sum()))).collect()
     }
 
+    /// Records that the control plane is alive at `now_ns` (CLOCK_MONOTONIC).
+    pub fn write_heartbeat(&mut self, now_ns: u64) -> anyhow::Result<()> {
+        let mut heartbeat: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, names::HEARTBEAT)?)?;
+        heartbeat.set(0, now_ns, 0)?;
+        Ok(())
+    }
+
+    /// The last heartbeat written, CLOCK_MONOTONIC ns (0 before the first).
+    pub fn heartbeat(&self) -> anyhow::Result<u64> {
+        let heartbeat: Array<_, u64> = Array::try_from(map(&self.ebpf, names::HEARTBEAT)?)?;
+        Ok(heartbeat.get(&0, 0)?)
+    }
+
     /// The plan the maps hold, if any was applied.
     pub fn applied(&self) -> Option<&Plan> {
         self.applied.as_ref()

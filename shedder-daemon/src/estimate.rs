@@ -1,1 +1,807 @@
-//! (being written)
+//! Per-class estimators: sliding-window quantiles of queue age and service
+//! time, completion lateness, and the latest gauges.
+//!
+//! # Why this shape
+//!
+//! * **Quantiles, not averages.** The slack rule needs the p95 of a heavy-tailed
+//!   distribution; an average hides exactly the tail that misses deadlines.
+//!   Each distribution is a [DDSketch](https://arxiv.org/abs/1908.10693)
+//!   (`sketches-ddsketch`): 1% relative error at every quantile, constant-time
+//!   weighted adds (`add_with_count`, so a scraped histogram bucket of 10,000
+//!   jobs costs one add, not 10,000) and exact merges.
+//! * **A sliding window as a ring of slices.** The window (default 10 s) is cut
+//!   into `slices` (default 10) sub-window sketches keyed by their slice number
+//!   (`now / slice`). A query merges the slices of the last `slices` slice
+//!   numbers, current partial one included, so the window spans between
+//!   `window − slice` and `window` of history. Writing into a slot whose slice
+//!   number is old resets it: that is how stale data ages out, with no timer.
+//! * **Priors below a minimum sample count.** A p95 of three samples is noise.
+//!   Below `min_samples` a distribution reports the class's configured prior
+//!   and says so ([`Source::Prior`]); the controller never *cuts* on priors
+//!   alone (see [`crate::control`]). The default prior is all zeros, which
+//!   makes the slack positive: with no evidence, shedder sheds nothing.
+//! * **A version.** Every estimate carries the registry's `version`, bumped
+//!   whenever the parameters or any prior change, so a decision logged at
+//!   09:13:02 can be tied to the estimator configuration that produced it.
+//! * **No wall clock.** Every call takes `now` (a [`Duration`] since an
+//!   arbitrary epoch); tests run on a simulated clock. Time going backwards is
+//!   treated as "still the latest slice", never as a reason to drop data.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use sketches_ddsketch::{Config as SketchConfig, DDSketch};
+
+use crate::telemetry::{ClassObservations, Observation};
+
+/// Relative accuracy of every sketch: a reported quantile is within 1% of a
+/// value of the right rank. Fixed (not configurable) so that slices always
+/// merge.
+pub const RELATIVE_ACCURACY: f64 = 0.01;
+/// Fewest completions in the recent horizon for [`ClassEstimate::drain_rate_per_s`].
+pub const MIN_DRAIN_SAMPLES: u64 = 5;
+
+fn sketch_config() -> SketchConfig {
+    // 2048 bins at 1% cover 1e-9 .. 1e9 ms with room to spare; values below
+    // 1e-9 ms count as zero.
+    SketchConfig::new(RELATIVE_ACCURACY, 2048, 1e-9)
+}
+
+fn new_sketch() -> DDSketch {
+    DDSketch::new(sketch_config())
+}
+
+/// The estimator's tunables (the `[estimator]` part of the config).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EstimatorParams {
+    /// Length of the sliding window, ms.
+    #[serde(default = "default_window_ms")]
+    pub window_ms: u64,
+    /// Sub-window sketches the window is made of; more slices age out
+    /// more smoothly and cost more per query.
+    #[serde(default = "default_slices")]
+    pub slices: u32,
+    /// Samples a distribution needs before its quantiles replace the prior.
+    #[serde(default = "default_min_samples")]
+    pub min_samples: u64,
+    /// Slices (the current partial one included) over which the drain rate and
+    /// the recent queue age are measured: short, because queue age follows
+    /// the budget (the controller's own output) and a long window there is
+    /// only lag. The recent queue age widens past it until it has `min_samples`.
+    #[serde(default = "default_recent_slices")]
+    pub recent_slices: u32,
+}
+
+fn default_window_ms() -> u64 {
+    10_000
+}
+fn default_slices() -> u32 {
+    10
+}
+fn default_min_samples() -> u64 {
+    20
+}
+fn default_recent_slices() -> u32 {
+    2
+}
+
+impl Default for EstimatorParams {
+    fn default() -> Self {
+        EstimatorParams {
+            window_ms: default_window_ms(),
+            slices: default_slices(),
+            min_samples: default_min_samples(),
+            recent_slices: default_recent_slices(),
+        }
+    }
+}
+
+impl EstimatorParams {
+    fn slice_ms(&self) -> u64 {
+        self.window_ms / u64::from(self.slices)
+    }
+
+    /// Checks the parameters; the error names the field.
+    pub fn validate(&self) -> Result<(), InvalidParams> {
+        if !(1..=1000).contains(&self.slices) {
+            return Err(InvalidParams(format!("estimator.slices: {} is outside 1..=1000", self.slices)));
+        }
+        if self.window_ms < 10 * u64::from(self.slices) {
+            return Err(InvalidParams(format!(
+                "estimator.window_ms: {} is too short for {} slices (at least 10 ms a slice)",
+                self.window_ms, self.slices
+            )));
+        }
+        if self.window_ms % u64::from(self.slices) != 0 {
+            return Err(InvalidParams(format!(
+                "estimator.window_ms: {} is not a whole number of ms per slice ({} slices)",
+                self.window_ms, self.slices
+            )));
+        }
+        if self.min_samples == 0 {
+            return Err(InvalidParams("estimator.min_samples: must be at least 1".into()));
+        }
+        if self.recent_slices == 0 || self.recent_slices > self.slices {
+            return Err(InvalidParams(format!(
+                "estimator.recent_slices: {} is outside 1..={} (slices)",
+                self.recent_slices, self.slices
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A bad parameter or prior; the message names the field.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InvalidParams(pub String);
+
+impl fmt::Display for InvalidParams {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for InvalidParams {}
+
+/// Observations were sent for a class the registry does not know. Unknown
+/// names are refused rather than created, so a client cannot grow the
+/// daemon's memory by inventing class names.
+#[derive(Clone, Debug, PartialEq)]
+pub struct UnknownClass(pub String);
+
+impl fmt::Display for UnknownClass {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "unknown class {:?}", self.0)
+    }
+}
+
+impl std::error::Error for UnknownClass {}
+
+/// What a class is assumed to look like before there are enough samples.
+/// A quantile left out takes the p95 (conservative above the median,
+/// optimistic above the p95: a prior is a guess, and says so).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClassPrior {
+    #[serde(default)]
+    pub queue_age_p95_ms: f64,
+    #[serde(default)]
+    pub queue_age_p50_ms: Option<f64>,
+    #[serde(default)]
+    pub queue_age_p90_ms: Option<f64>,
+    #[serde(default)]
+    pub queue_age_p99_ms: Option<f64>,
+    #[serde(default)]
+    pub service_p95_ms: f64,
+    #[serde(default)]
+    pub service_p50_ms: Option<f64>,
+    #[serde(default)]
+    pub service_p90_ms: Option<f64>,
+    #[serde(default)]
+    pub service_p99_ms: Option<f64>,
+}
+
+impl ClassPrior {
+    /// The prior's queue-age quantiles.
+    pub fn queue_age(&self) -> Quantiles {
+        Quantiles::from_p95(self.queue_age_p95_ms, self.queue_age_p50_ms, self.queue_age_p90_ms, self.queue_age_p99_ms)
+    }
+
+    /// The prior's service-time quantiles.
+    pub fn service(&self) -> Quantiles {
+        Quantiles::from_p95(self.service_p95_ms, self.service_p50_ms, self.service_p90_ms, self.service_p99_ms)
+    }
+
+    fn validate(&self, class: &str) -> Result<(), InvalidParams> {
+        let fields = [
+            ("queue_age_p95_ms", Some(self.queue_age_p95_ms)),
+            ("queue_age_p50_ms", self.queue_age_p50_ms),
+            ("queue_age_p90_ms", self.queue_age_p90_ms),
+            ("queue_age_p99_ms", self.queue_age_p99_ms),
+            ("service_p95_ms", Some(self.service_p95_ms)),
+            ("service_p50_ms", self.service_p50_ms),
+            ("service_p90_ms", self.service_p90_ms),
+            ("service_p99_ms", self.service_p99_ms),
+        ];
+        for (name, value) in fields {
+            if let Some(v) = value
+                && !(v.is_finite() && v >= 0.0)
+            {
+                return Err(InvalidParams(format!(
+                    "class {class:?} prior.{name}: {v} is not a finite, non-negative number of ms"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The quantiles every distribution reports, in ms.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Quantiles {
+    pub p50: f64,
+    /// Kept because the seed's `slack_p10` is `deadline − queue_age_p90 − …`.
+    pub p90: f64,
+    pub p95: f64,
+    pub p99: f64,
+}
+
+impl Quantiles {
+    fn from_p95(p95: f64, p50: Option<f64>, p90: Option<f64>, p99: Option<f64>) -> Self {
+        Quantiles { p50: p50.unwrap_or(p95), p90: p90.unwrap_or(p95), p95, p99: p99.unwrap_or(p95) }
+    }
+
+    fn of(sketch: &DDSketch) -> Option<Self> {
+        let q = |q: f64| sketch.quantile(q).ok().flatten();
+        Some(Quantiles { p50: q(0.50)?, p90: q(0.90)?, p95: q(0.95)?, p99: q(0.99)? })
+    }
+}
+
+/// Where a distribution's quantiles came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    /// Measured over the window, from at least `min_samples` samples.
+    Window,
+    /// Too few samples in the window: the configured prior.
+    Prior,
+}
+
+/// One distribution's estimate.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Distribution {
+    pub quantiles: Quantiles,
+    /// Samples in the window (weights summed), whatever the source.
+    pub samples: u64,
+    pub source: Source,
+}
+
+impl Distribution {
+    pub fn from_prior(&self) -> bool {
+        self.source == Source::Prior
+    }
+}
+
+/// Completions in the window.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Completions {
+    pub on_time: u64,
+    pub late: u64,
+    /// How late the late ones were, ms (`None` while none was late).
+    pub late_by: Option<Quantiles>,
+}
+
+/// A gauge's latest value and how old it is.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Gauge<T> {
+    pub value: T,
+    pub age_ms: u64,
+}
+
+/// Everything the estimators know about one class at `at_ms`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClassEstimate {
+    pub class: String,
+    pub at_ms: u64,
+    pub estimator_version: u64,
+    pub window_ms: u64,
+    pub queue_age: Distribution,
+    /// Queue age over the freshest horizon that holds `min_samples`: the
+    /// newest `recent_slices` slices, widened a slice at a time up to the
+    /// whole window (then it equals `queue_age`). What the controller uses.
+    pub queue_age_recent: Distribution,
+    /// The span that horizon covers, ms (at most the window).
+    pub queue_age_recent_ms: u64,
+    pub service: Distribution,
+    pub completions: Completions,
+    /// Jobs waiting, as last reported (`None` if never, or older than the window).
+    pub queue_depth: Option<Gauge<u64>>,
+    /// KV-cache usage 0..=1, as last reported (same ageing).
+    pub kv_cache_usage: Option<Gauge<f64>>,
+    /// Service completions per second over the recent horizon
+    /// (`recent_slices`), `None` below [`MIN_DRAIN_SAMPLES`]. With the queue
+    /// depth it predicts the wait of a job arriving now (Little's law).
+    pub drain_rate_per_s: Option<f64>,
+}
+
+struct Slice {
+    /// `now / slice_ms` when this slot was last reset.
+    number: u64,
+    queue_age: DDSketch,
+    service: DDSketch,
+    late_by: DDSketch,
+    on_time: u64,
+    late: u64,
+}
+
+impl Slice {
+    fn new(number: u64) -> Self {
+        Slice { number, queue_age: new_sketch(), service: new_sketch(), late_by: new_sketch(), on_time: 0, late: 0 }
+    }
+}
+
+struct ClassState {
+    prior: ClassPrior,
+    ring: Vec<Option<Slice>>,
+    /// Highest slice number written or queried: time never runs backwards here.
+    latest: u64,
+    /// When the first observation arrived: the drain rate's horizon cannot
+    /// reach back before it.
+    first_seen_ms: Option<u64>,
+    queue_depth: Option<(u64, u64)>,
+    kv_cache: Option<(u64, f64)>,
+}
+
+impl ClassState {
+    fn new(prior: ClassPrior, slices: u32) -> Self {
+        ClassState {
+            prior,
+            ring: (0..slices).map(|_| None).collect(),
+            latest: 0,
+            first_seen_ms: None,
+            queue_depth: None,
+            kv_cache: None,
+        }
+    }
+
+    fn slice_mut(&mut self, number: u64) -> &mut Slice {
+        let number = number.max(self.latest);
+        self.latest = number;
+        let len = self.ring.len() as u64;
+        let slot = &mut self.ring[(number % len) as usize];
+        if slot.as_ref().is_none_or(|s| s.number != number) {
+            *slot = Some(Slice::new(number));
+        }
+        slot.as_mut().expect("slot was just filled")
+    }
+
+    /// Slices whose numbers lie in `(current − n, current]`.
+    fn recent(&self, current: u64, n: u64) -> impl Iterator<Item = &Slice> {
+        self.ring.iter().flatten().filter(move |s| s.number <= current && s.number + n > current)
+    }
+}
+
+/// The registry: one estimator per configured class, one version for all.
+pub struct Estimators {
+    params: EstimatorParams,
+    classes: BTreeMap<String, ClassState>,
+    version: u64,
+}
+
+fn ms(now: Duration) -> u64 {
+    u64::try_from(now.as_millis()).unwrap_or(u64::MAX)
+}
+
+impl Estimators {
+    /// A registry for these classes and their priors; version 1.
+    pub fn new(params: EstimatorParams, priors: BTreeMap<String, ClassPrior>) -> Result<Self, InvalidParams> {
+        params.validate()?;
+        for (class, prior) in &priors {
+            prior.validate(class)?;
+        }
+        let classes = priors.into_iter().map(|(name, prior)| (name, ClassState::new(prior, params.slices))).collect();
+        Ok(Estimators { params, classes, version: 1 })
+    }
+
+    pub fn params(&self) -> &EstimatorParams {
+        &self.params
+    }
+
+    /// Bumped by every [`Estimators::reconfigure`] that changed anything.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Applies new parameters and priors all at once, or nothing if any is
+    /// invalid. Returns whether anything changed (and so the version moved).
+    /// Classes that stay keep their data, unless the window or the slice
+    /// count changed: old slices would then mean other time spans, so every
+    /// ring restarts (and the priors cover the gap).
+    pub fn reconfigure(
+        &mut self,
+        params: EstimatorParams,
+        priors: BTreeMap<String, ClassPrior>,
+    ) -> Result<bool, InvalidParams> {
+        params.validate()?;
+        for (class, prior) in &priors {
+            prior.validate(class)?;
+        }
+        let same_priors = priors.len() == self.classes.len()
+            && priors.iter().all(|(name, prior)| self.classes.get(name).is_some_and(|s| &s.prior == prior));
+        if params == self.params && same_priors {
+            return Ok(false);
+        }
+        let reslice = params.window_ms != self.params.window_ms || params.slices != self.params.slices;
+        let mut old = std::mem::take(&mut self.classes);
+        for (name, prior) in priors {
+            let state = match old.remove(&name) {
+                Some(mut state) if !reslice => {
+                    state.prior = prior;
+                    state
+                }
+                _ => ClassState::new(prior, params.slices),
+            };
+            self.classes.insert(name, state);
+        }
+        self.params = params;
+        self.version += 1;
+        Ok(true)
+    }
+
+    /// Feeds one interval's observations for a class. Returns how many were
+    /// accepted: a NaN, infinite or negative time is skipped (and counted out),
+    /// since one bad sample must not poison a p99.
+    pub fn observe(&mut self, now: Duration, batch: &ClassObservations) -> Result<usize, UnknownClass> {
+        let mut accepted = 0;
+        for observation in &batch.observations {
+            if self.observe_one(now, &batch.class, observation)? {
+                accepted += 1;
+            }
+        }
+        Ok(accepted)
+    }
+
+    /// Feeds one observation; `Ok(false)` if its value was unusable.
+    pub fn observe_one(&mut self, now: Duration, class: &str, observation: &Observation) -> Result<bool, UnknownClass> {
+        let slice_ms = self.params.slice_ms();
+        let state = self.classes.get_mut(class).ok_or_else(|| UnknownClass(class.to_string()))?;
+        let now_ms = ms(now);
+        let usable = |v: f64| v.is_finite() && v >= 0.0;
+        match *observation {
+            Observation::QueueAge { ms, count } | Observation::Service { ms, count } if !usable(ms) => {
+                let _ = count;
+                return Ok(false);
+            }
+            Observation::QueueAge { ms, count } => {
+                state.slice_mut(now_ms / slice_ms).queue_age.add_with_count(ms, count);
+            }
+            Observation::Service { ms, count } => {
+                state.slice_mut(now_ms / slice_ms).service.add_with_count(ms, count);
+            }
+            Observation::Completion { late_by_ms: None, count } => {
+                state.slice_mut(now_ms / slice_ms).on_time += count;
+            }
+            Observation::Completion { late_by_ms: Some(late_by), count } => {
+                if !usable(late_by) {
+                    return Ok(false);
+                }
+                let slice = state.slice_mut(now_ms / slice_ms);
+                slice.late += count;
+                slice.late_by.add_with_count(late_by, count);
+            }
+            Observation::QueueDepth(depth) => state.queue_depth = Some((now_ms, depth)),
+            Observation::KvCacheUsage(usage) => {
+                if !(usage.is_finite() && (0.0..=1.0).contains(&usage)) {
+                    return Ok(false);
+                }
+                state.kv_cache = Some((now_ms, usage));
+            }
+        }
+        state.first_seen_ms.get_or_insert(now_ms);
+        Ok(true)
+    }
+
+    /// The estimate for one class at `now` (`None` for an unknown class).
+    pub fn estimate(&self, class: &str, now: Duration) -> Option<ClassEstimate> {
+        let state = self.classes.get(class)?;
+        let p = &self.params;
+        let now_ms = ms(now);
+        let slice_ms = p.slice_ms();
+        let current = (now_ms / slice_ms).max(state.latest);
+        let n = u64::from(p.slices);
+
+        // Newest first, so the recent horizon can widen one slice at a time.
+        let mut slices: Vec<&Slice> = state.recent(current, n).collect();
+        slices.sort_by(|a, b| b.number.cmp(&a.number));
+
+        let mut queue_age = new_sketch();
+        let mut service = new_sketch();
+        let mut late_by = new_sketch();
+        let mut completions = Completions::default();
+        let mut recent: Option<(DDSketch, u64)> = None;
+        let recent_slices = u64::from(p.recent_slices);
+        for slice in &slices {
+            // Same config everywhere, so a merge cannot fail.
+            queue_age.merge(&slice.queue_age).expect("slices share one sketch config");
+            service.merge(&slice.service).expect("slices share one sketch config");
+            late_by.merge(&slice.late_by).expect("slices share one sketch config");
+            completions.on_time += slice.on_time;
+            completions.late += slice.late;
+            let age = current - slice.number + 1;
+            if recent.is_none() && age >= recent_slices && queue_age.count() as u64 >= p.min_samples {
+                recent = Some((queue_age.clone(), age));
+            }
+        }
+        completions.late_by = Quantiles::of(&late_by);
+
+        let distribution = |sketch: &DDSketch, prior: Quantiles| {
+            let samples = sketch.count() as u64;
+            match Quantiles::of(sketch) {
+                Some(quantiles) if samples >= p.min_samples => Distribution { quantiles, samples, source: Source::Window },
+                _ => Distribution { quantiles: prior, samples, source: Source::Prior },
+            }
+        };
+        let queue_age_window = distribution(&queue_age, state.prior.queue_age());
+        let (queue_age_recent, recent_slices_used) = match &recent {
+            Some((sketch, k)) => (distribution(sketch, state.prior.queue_age()), *k),
+            None => (queue_age_window, n),
+        };
+        // The horizon spans its full slices plus the current partial one.
+        let queue_age_recent_ms =
+            (now_ms.saturating_sub((current + 1).saturating_sub(recent_slices_used) * slice_ms)).min(p.window_ms);
+
+        // Drain rate over the recent slices, the current partial one included.
+        let drained: u64 = state.recent(current, recent_slices).map(|s| s.service.count() as u64).sum();
+        let horizon_start = (current + 1).saturating_sub(recent_slices) * slice_ms;
+        let horizon_start = horizon_start.max(state.first_seen_ms.unwrap_or(horizon_start));
+        let span_ms = now_ms.saturating_sub(horizon_start).max(1);
+        let drain_rate_per_s =
+            (drained >= MIN_DRAIN_SAMPLES).then(|| drained as f64 * 1000.0 / span_ms.max(slice_ms / 2) as f64);
+
+        let fresh = |at: u64| {
+            let age = now_ms.saturating_sub(at);
+            (age <= p.window_ms).then_some(age)
+        };
+        Some(ClassEstimate {
+            class: class.to_string(),
+            at_ms: now_ms,
+            estimator_version: self.version,
+            window_ms: p.window_ms,
+            queue_age: queue_age_window,
+            queue_age_recent,
+            queue_age_recent_ms,
+            service: distribution(&service, state.prior.service()),
+            completions,
+            queue_depth: state.queue_depth.and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),
+            kv_cache_usage: state.kv_cache.and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),
+            drain_rate_per_s,
+        })
+    }
+
+    /// Estimates for every class, keyed by name: what [`crate::control::Controller::tick`] takes.
+    pub fn estimate_all(&self, now: Duration) -> BTreeMap<String, ClassEstimate> {
+        self.classes.keys().filter_map(|name| Some((name.clone(), self.estimate(name, now)?))).collect()
+    }
+
+    /// Names of the configured classes.
+    pub fn classes(&self) -> impl Iterator<Item = &str> {
+        self.classes.keys().map(String::as_str)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::rngs::SmallRng;
+    use rand::{RngExt, SeedableRng};
+
+    fn at(ms: u64) -> Duration {
+        Duration::from_millis(ms)
+    }
+
+    fn one_class(params: EstimatorParams, prior: ClassPrior) -> Estimators {
+        Estimators::new(params, BTreeMap::from([("interactive".to_string(), prior)])).unwrap()
+    }
+
+    fn service(ms: f64) -> Observation {
+        Observation::Service { ms, count: 1 }
+    }
+
+    /// Lognormal draw by Box–Muller: the drill's service distribution.
+    fn lognormal(rng: &mut SmallRng, mu: f64, sigma: f64) -> f64 {
+        let u1: f64 = 1.0 - rng.random::<f64>();
+        let u2: f64 = rng.random();
+        let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
+        (mu + sigma * z).exp()
+    }
+
+    #[test]
+    fn quantiles_of_a_lognormal_are_within_a_few_percent() {
+        // The drill's service time: p50 120 ms, p95 400 ms.
+        let mu = 120f64.ln();
+        let sigma = (400f64 / 120.0).ln() / 1.644_853_6;
+        let mut est = one_class(EstimatorParams::default(), ClassPrior::default());
+        let mut rng = SmallRng::seed_from_u64(7);
+        let mut exact = Vec::new();
+        for i in 0..50_000u64 {
+            let v = lognormal(&mut rng, mu, sigma);
+            exact.push(v);
+            // 50,000 samples inside one 10 s window.
+            est.observe_one(at(i / 10), "interactive", &service(v)).unwrap();
+        }
+        exact.sort_by(f64::total_cmp);
+        let true_q = |q: f64| exact[(q * (exact.len() - 1) as f64) as usize];
+        let e = est.estimate("interactive", at(5_000)).unwrap();
+        assert_eq!(e.service.source, Source::Window);
+        assert_eq!(e.service.samples, 50_000);
+        for (q, got) in
+            [(0.5, e.service.quantiles.p50), (0.95, e.service.quantiles.p95), (0.99, e.service.quantiles.p99)]
+        {
+            let want = true_q(q);
+            assert!((got - want).abs() / want < 0.02, "q{q}: sketch {got:.1} vs exact {want:.1}");
+        }
+        // And the analytic values the workload declares.
+        assert!((e.service.quantiles.p50 - 120.0).abs() < 120.0 * 0.03, "{:?}", e.service.quantiles);
+        assert!((e.service.quantiles.p95 - 400.0).abs() < 400.0 * 0.03, "{:?}", e.service.quantiles);
+    }
+
+    #[test]
+    fn weighted_counts_are_weights_not_loops() {
+        let mut est = one_class(EstimatorParams::default(), ClassPrior::default());
+        // A histogram bucket: ten million jobs at 100 ms, and 1% at 2 s.
+        let now = at(1_000);
+        est.observe_one(now, "interactive", &Observation::Service { ms: 100.0, count: 9_900_000 }).unwrap();
+        est.observe_one(now, "interactive", &Observation::Service { ms: 2_000.0, count: 100_000 }).unwrap();
+        let e = est.estimate("interactive", now).unwrap();
+        assert_eq!(e.service.samples, 10_000_000);
+        assert!((e.service.quantiles.p95 - 100.0).abs() <= 1.0, "{:?}", e.service.quantiles);
+        assert!((e.service.quantiles.p99 - 100.0).abs() <= 1.0 || (e.service.quantiles.p99 - 2000.0).abs() <= 20.0);
+        // Count zero records nothing.
+        est.observe_one(now, "interactive", &Observation::QueueAge { ms: 5.0, count: 0 }).unwrap();
+        assert_eq!(est.estimate("interactive", now).unwrap().queue_age.samples, 0);
+    }
+
+    #[test]
+    fn below_min_samples_the_prior_is_reported_and_flagged() {
+        let prior = ClassPrior {
+            queue_age_p95_ms: 300.0,
+            service_p95_ms: 1_800.0,
+            service_p50_ms: Some(700.0),
+            ..ClassPrior::default()
+        };
+        let params = EstimatorParams { min_samples: 20, ..EstimatorParams::default() };
+        let mut est = one_class(params, prior);
+        for i in 0..19 {
+            est.observe_one(at(i * 10), "interactive", &service(50.0)).unwrap();
+        }
+        let e = est.estimate("interactive", at(500)).unwrap();
+        assert!(e.service.from_prior());
+        assert_eq!(e.service.samples, 19);
+        assert_eq!(e.service.quantiles, Quantiles { p50: 700.0, p90: 1_800.0, p95: 1_800.0, p99: 1_800.0 });
+        assert!(e.queue_age.from_prior());
+        assert_eq!(e.queue_age.quantiles.p95, 300.0);
+
+        est.observe_one(at(200), "interactive", &service(50.0)).unwrap();
+        let e = est.estimate("interactive", at(500)).unwrap();
+        assert_eq!(e.service.source, Source::Window);
+        assert!((e.service.quantiles.p95 - 50.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn samples_age_out_after_the_window() {
+        // 10 s window of ten 1 s slices.
+        let mut est =
+            one_class(EstimatorParams { min_samples: 1, ..EstimatorParams::default() }, ClassPrior::default());
+        est.observe_one(at(500), "interactive", &Observation::QueueAge { ms: 2_000.0, count: 50 }).unwrap();
+        est.observe_one(at(5_500), "interactive", &Observation::QueueAge { ms: 10.0, count: 50 }).unwrap();
+        // At 9.9 s both are in the window: the p95 is the old, high one.
+        let e = est.estimate("interactive", at(9_900)).unwrap();
+        assert_eq!(e.queue_age.samples, 100);
+        assert!(e.queue_age.quantiles.p95 > 1_900.0);
+        // At 10.0 s the slice [0, 1 s) has left the window.
+        let e = est.estimate("interactive", at(10_000)).unwrap();
+        assert_eq!(e.queue_age.samples, 50);
+        assert!(e.queue_age.quantiles.p95 < 11.0);
+        // At 15.0 s nothing is left: back to the prior.
+        let e = est.estimate("interactive", at(15_000)).unwrap();
+        assert_eq!(e.queue_age.samples, 0);
+        assert!(e.queue_age.from_prior());
+        // A slot reused by a later slice starts empty.
+        est.observe_one(at(20_100), "interactive", &Observation::QueueAge { ms: 30.0, count: 1 }).unwrap();
+        let e = est.estimate("interactive", at(20_200)).unwrap();
+        assert_eq!(e.queue_age.samples, 1);
+    }
+
+    #[test]
+    fn time_going_backwards_keeps_the_data() {
+        let mut est =
+            one_class(EstimatorParams { min_samples: 1, ..EstimatorParams::default() }, ClassPrior::default());
+        est.observe_one(at(50_000), "interactive", &service(100.0)).unwrap();
+        est.observe_one(at(1_000), "interactive", &service(200.0)).unwrap();
+        let e = est.estimate("interactive", at(900)).unwrap();
+        assert_eq!(e.service.samples, 2);
+    }
+
+    #[test]
+    fn version_bumps_only_when_parameters_or_priors_change() {
+        let mut est = one_class(EstimatorParams::default(), ClassPrior::default());
+        assert_eq!(est.version(), 1);
+        let priors = |p95: f64| {
+            BTreeMap::from([("interactive".to_string(), ClassPrior { service_p95_ms: p95, ..ClassPrior::default() })])
+        };
+        assert!(!est.reconfigure(EstimatorParams::default(), priors(0.0)).unwrap());
+        assert_eq!(est.version(), 1);
+        est.observe_one(at(100), "interactive", &service(10.0)).unwrap();
+
+        // A prior changes: version moves, data stays.
+        assert!(est.reconfigure(EstimatorParams::default(), priors(900.0)).unwrap());
+        assert_eq!(est.version(), 2);
+        assert_eq!(est.estimate("interactive", at(200)).unwrap().service.samples, 1);
+        assert_eq!(est.estimate("interactive", at(200)).unwrap().estimator_version, 2);
+
+        // min_samples changes: version moves, data stays.
+        let p = EstimatorParams { min_samples: 5, ..EstimatorParams::default() };
+        assert!(est.reconfigure(p.clone(), priors(900.0)).unwrap());
+        assert_eq!(est.version(), 3);
+        assert_eq!(est.estimate("interactive", at(200)).unwrap().service.samples, 1);
+
+        // The window changes: version moves, rings restart.
+        let p = EstimatorParams { window_ms: 5_000, slices: 5, ..p };
+        assert!(est.reconfigure(p, priors(900.0)).unwrap());
+        assert_eq!(est.version(), 4);
+        assert_eq!(est.estimate("interactive", at(200)).unwrap().service.samples, 0);
+
+        // An invalid change is refused whole.
+        let bad = EstimatorParams { slices: 0, ..EstimatorParams::default() };
+        assert!(est.reconfigure(bad, priors(1.0)).unwrap_err().0.contains("estimator.slices"));
+        assert_eq!(est.version(), 4);
+        let bad_prior =
+            BTreeMap::from([("x".to_string(), ClassPrior { service_p95_ms: f64::NAN, ..ClassPrior::default() })]);
+        assert!(est.reconfigure(EstimatorParams::default(), bad_prior).unwrap_err().0.contains("prior.service_p95_ms"));
+        assert_eq!(est.version(), 4);
+    }
+
+    #[test]
+    fn unknown_classes_and_bad_values_are_refused() {
+        let mut est = one_class(EstimatorParams::default(), ClassPrior::default());
+        let batch = ClassObservations { class: "nope".into(), observations: vec![service(1.0)] };
+        assert_eq!(est.observe(at(0), &batch), Err(UnknownClass("nope".into())));
+        let batch = ClassObservations {
+            class: "interactive".into(),
+            observations: vec![
+                service(f64::NAN),
+                service(-1.0),
+                service(f64::INFINITY),
+                Observation::KvCacheUsage(1.5),
+                Observation::Completion { late_by_ms: Some(f64::NAN), count: 1 },
+                service(12.0),
+            ],
+        };
+        assert_eq!(est.observe(at(0), &batch), Ok(1));
+        let e = est.estimate("interactive", at(0)).unwrap();
+        assert_eq!(e.service.samples, 1);
+        assert_eq!(e.kv_cache_usage, None);
+        assert_eq!(e.completions, Completions::default());
+    }
+
+    #[test]
+    fn completions_gauges_and_drain_rate() {
+        let mut est = one_class(EstimatorParams::default(), ClassPrior::default());
+        let c = "interactive";
+        est.observe_one(at(0), c, &Observation::Completion { late_by_ms: None, count: 90 }).unwrap();
+        est.observe_one(at(0), c, &Observation::Completion { late_by_ms: Some(400.0), count: 10 }).unwrap();
+        est.observe_one(at(100), c, &Observation::QueueDepth(12)).unwrap();
+        est.observe_one(at(100), c, &Observation::KvCacheUsage(0.93)).unwrap();
+        // 30 completions a second for 4 s.
+        for i in 0..120u64 {
+            est.observe_one(at(i * 1000 / 30), c, &service(100.0)).unwrap();
+        }
+        let e = est.estimate(c, at(4_000)).unwrap();
+        assert_eq!((e.completions.on_time, e.completions.late), (90, 10));
+        assert!((e.completions.late_by.unwrap().p95 - 400.0).abs() < 5.0);
+        assert_eq!(e.queue_depth, Some(Gauge { value: 12, age_ms: 3_900 }));
+        assert_eq!(e.kv_cache_usage.map(|g| g.value), Some(0.93));
+        let drain = e.drain_rate_per_s.unwrap();
+        assert!((drain - 30.0).abs() < 3.0, "drain {drain}");
+        // Gauges age out with the window.
+        let e = est.estimate(c, at(10_101)).unwrap();
+        assert_eq!(e.queue_depth, None);
+        assert_eq!(e.kv_cache_usage, None);
+        assert_eq!(e.drain_rate_per_s, None);
+    }
+
+    #[test]
+    fn params_deserialize_strictly_with_defaults() {
+        let p: EstimatorParams = toml::from_str("window_ms = 5000\nslices = 5").unwrap();
+        assert_eq!(p, EstimatorParams { window_ms: 5_000, slices: 5, ..EstimatorParams::default() });
+        assert!(toml::from_str::<EstimatorParams>("windw_ms = 5000").is_err());
+        let prior: ClassPrior = toml::from_str("service_p95_ms = 1800\nqueue_age_p95_ms = 200").unwrap();
+        assert_eq!(prior.service().p50, 1_800.0);
+        assert!(toml::from_str::<ClassPrior>("service_p96_ms = 1").is_err());
+        assert!(EstimatorParams { window_ms: 10_001, ..EstimatorParams::default() }.validate().is_err());
+        assert!(EstimatorParams { recent_slices: 11, ..EstimatorParams::default() }.validate().is_err());
+    }
+}

@@ -6,6 +6,7 @@
 //! * [`telemetry`]: GPU readings, pushed samples and scraped exporters.
 //! * [`estimate`]: per-class sliding-window quantiles of queue age and service time.
 //! * [`control`]: deadline slack, the budget law and the GPU gate.
+//! * [`control_loop`]: the per-tick work that ties them to the datapath.
 //! * [`admit`]: job-level admission for servers that want a per-request answer.
 //! * [`report`]: the periodic counters log.
 //! * [`clock`]: the clock the fast path's buckets run on.
@@ -14,6 +15,7 @@ pub mod admit;
 pub mod clock;
 pub mod config;
 pub mod control;
+pub mod control_loop;
 pub mod datapath;
 pub mod estimate;
 pub mod report;

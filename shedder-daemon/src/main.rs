@@ -1,17 +1,26 @@
 //! `shedder`: the daemon binary. Argument parsing and the run loop only; the
 //! mechanisms live in the library.
 
-use std::{io::IsTerminal, path::PathBuf, time::Duration};
+use std::{
+    io::IsTerminal,
+    path::PathBuf,
+    sync::Arc,
+    time::{Duration, Instant},
+};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use shedder_daemon::{
-    config::Config,
+    clock::monotonic_ns,
+    config::{Config, ControlSetup, Plan},
+    control_loop::ControlLoop,
     datapath::{AttachKind, Datapath},
     report,
+    telemetry::{ClassObservations, gpu::open_gpu_source, scrape::Scraper},
 };
 use tokio::{
     io::unix::AsyncFd,
+    time::MissedTickBehavior,
     signal::unix::{SignalKind, signal},
 };
 use tracing::{info, warn};
@@ -64,6 +73,7 @@ fn main() -> anyhow::Result<()> {
         Command::CheckConfig { config } => {
             let config = load_config(config.as_ref())?;
             let plan = config.plan().context("invalid config")?;
+            config.control().context("invalid config")?;
             for (name, class) in plan.class_names.iter().zip(&plan.classes) {
                 println!("{name}: {class:?}");
             }
@@ -71,13 +81,15 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Run { iface, attach, config, report_every } => {
-            // Validate before touching the kernel: a bad file attaches nothing.
+            // Validate everything before touching the kernel: a bad file attaches nothing.
             let config = load_config(config.as_ref())?;
             let plan = config.plan().context("invalid config; nothing was attached")?;
+            let setup = config.control().context("invalid config; nothing was attached")?;
             tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(
                 &iface,
                 attach,
-                &plan,
+                plan,
+                setup,
                 Duration::from_secs_f64(report_every),
             ))
         }
@@ -87,31 +99,81 @@ fn main() -> anyhow::Result<()> {
 async fn run(
     iface: &str,
     attach: AttachKind,
-    plan: &shedder_daemon::config::Plan,
+    plan: Plan,
+    setup: ControlSetup,
     report_every: Duration,
 ) -> anyhow::Result<()> {
     let mut datapath = Datapath::load()?;
     forward_ebpf_logs(&mut datapath);
-    datapath.apply(plan).context("writing the config into the maps")?;
+    datapath.apply(&plan).context("writing the config into the maps")?;
     let attachment = datapath.attach(iface, attach)?;
     info!(iface, attachment = %attachment, classes = plan.classes.len(), "attached");
 
+    let tick_every = Duration::from_millis(setup.controller.params().tick_ms);
+    let (scraped_tx, mut scraped) = tokio::sync::mpsc::channel(16);
+    spawn_scrapers(&setup, scraped_tx);
+    let mut control = ControlLoop::new(datapath, plan, setup, open_gpu_source());
+
+    let started = Instant::now();
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
-    let mut ticker = tokio::time::interval(report_every);
-    ticker.tick().await;
+    let mut report = tokio::time::interval(report_every);
+    let mut tick = tokio::time::interval(tick_every);
+    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    report.tick().await;
     loop {
         tokio::select! {
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
-            _ = ticker.tick() => log_counters(&datapath),
+            _ = report.tick() => log_counters(control.datapath()),
+            _ = tick.tick() => {
+                if let Err(e) = control.tick(started.elapsed(), monotonic_ns()) {
+                    warn!("controller tick: {e:#}");
+                }
+            }
+            Some(batches) = scraped.recv() => control.observe(started.elapsed(), &batches),
         }
     }
     // The last word on what the fast path did, before it goes away.
-    log_counters(&datapath);
-    drop(datapath);
+    log_counters(control.datapath());
+    drop(control);
     info!(iface, "detached; exiting");
     Ok(())
+}
+
+/// One task per scrape target, each fetching on its own schedule (off the
+/// runtime's thread: the HTTP client blocks) and handing observations over.
+fn spawn_scrapers(setup: &ControlSetup, tx: tokio::sync::mpsc::Sender<Vec<ClassObservations>>) {
+    let every = Duration::from_millis(setup.scrape_interval_ms);
+    for target in &setup.scrapes {
+        let scraper = match Scraper::new(target.clone(), every.min(Duration::from_secs(5))) {
+            Ok(scraper) => Arc::new(std::sync::Mutex::new(scraper)),
+            Err(e) => {
+                warn!(url = %target.url, "not scraping: {e:#}");
+                continue;
+            }
+        };
+        let tx = tx.clone();
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(every);
+            interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
+            loop {
+                interval.tick().await;
+                let scraper = scraper.clone();
+                let result = tokio::task::spawn_blocking(move || scraper.lock().expect("scraper lock").scrape()).await;
+                match result {
+                    Ok(Ok(batches)) if !batches.is_empty() => {
+                        if tx.send(batches).await.is_err() {
+                            return;
+                        }
+                    }
+                    Ok(Ok(_)) => {}
+                    Ok(Err(e)) => warn!("scrape failed: {e:#}"),
+                    Err(e) => warn!("scrape task failed: {e}"),
+                }
+            }
+        });
+    }
 }
 
 fn log_counters(datapath: &Datapath) {

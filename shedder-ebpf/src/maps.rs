@@ -37,3 +37,8 @@ pub static DST_PORTS: Array<RuleTarget> = Array::with_max_entries(PORT_SLOTS, 0)
 
 #[map]
 pub static DSCP_IN: Array<RuleTarget> = Array::with_max_entries(DSCP_SLOTS, 0);
+
+/// The daemon's last controller tick, CLOCK_MONOTONIC ns, written every tick
+/// so a fail-open watchdog can tell a live control plane from a dead one.
+#[map]
+pub static HEARTBEAT: Array<u64> = Array::with_max_entries(1, 0);

@@ -9,6 +9,7 @@ mod build;
 mod cmd;
 mod demo;
 mod test;
+mod vm;
 
 use clap::{Parser, Subcommand};
 
@@ -48,6 +49,10 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Check other kernels: boot each under qemu (software emulation) with a
+    /// minimal initramfs, and run there the load checks (verifier, XDP and TC
+    /// attach), the BPF_PROG_TEST_RUN packet tables and veth end-to-end cases.
+    Vm(vm::Args),
 }
 
 fn main() {
@@ -58,6 +63,7 @@ fn main() {
         Task::Test { args } => test::run(&args),
         Task::Bench { args } => bench::run(&args),
         Task::Demo { args } => demo::run(&args),
+        Task::Vm(args) => vm::run(args),
     };
     if let Err(e) = result {
         eprintln!("xtask: error: {e:#}");

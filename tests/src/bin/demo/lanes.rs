@@ -31,7 +31,7 @@ impl Lane {
 
     /// Whether `rate` attempts a second exceed this class's budget.
     pub fn over_budget(&self, rate: u64) -> bool {
-        rate as f64 * self.spec.cost > self.spec.rate
+        rate as f64 * self.spec.cost > self.spec.starting_rate().unwrap_or(0.0)
     }
 }
 

@@ -110,7 +110,7 @@ impl Summary<'_> {
 
 /// What the action did to over-budget connections, in one line.
 fn explain(lane: &Lane, rate: u64, connect_timeout_ms: u64) -> String {
-    let budget = format!("{}/s, burst {}", lane.spec.rate, lane.spec.burst);
+    let budget = format!("{}/s, burst {}", lane.spec.starting_rate().unwrap_or(0.0), lane.spec.burst);
     if !lane.over_budget(rate) {
         return format!("{rate}/s is within its budget ({budget}): every connection admitted, none shed.");
     }

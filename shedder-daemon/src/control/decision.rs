@@ -1,0 +1,135 @@
+//! Decisions: one record per budget change, carrying everything that made it,
+//! so that "why was this class cut at 09:13:02?" is answered by the log alone.
+
+use std::collections::VecDeque;
+
+use serde::Serialize;
+
+use super::gate::GpuSummary;
+use super::slack::Slack;
+
+/// What kind of change a decision made.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// Multiplicative cut on negative slack.
+    Cut,
+    /// Additive recovery on positive slack.
+    Recover,
+    /// Opportunistic class held at its minimum by the GPU gate.
+    Gate,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Cut => "cut",
+            Action::Recover => "recover",
+            Action::Gate => "gate",
+        }
+    }
+}
+
+/// One budget change.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Decision {
+    /// `now` of the tick, ms on the clock the daemon passes to
+    /// [`super::Controller::tick`].
+    pub at_ms: u64,
+    pub class: String,
+    pub action: Action,
+    /// Tokens (connections) per second.
+    pub old_rate: f64,
+    pub new_rate: f64,
+    /// Slack and every term of it: p95s, predicted wait, sample counts,
+    /// sources (window or prior), estimator version.
+    pub slack: Slack,
+    pub from_prior: bool,
+    pub estimator_version: u64,
+    pub gpu: GpuSummary,
+    /// The reason in words, with the numbers.
+    pub reason: String,
+}
+
+fn opt(v: Option<f64>) -> String {
+    v.map_or_else(|| "none".into(), |v| format!("{v:.0}"))
+}
+
+impl Decision {
+    /// Writes the decision as one structured `tracing` line, target
+    /// `shedder::decision`.
+    pub fn emit(&self) {
+        let s = &self.slack;
+        tracing::info!(
+            target: "shedder::decision",
+            at_ms = self.at_ms,
+            class = %self.class,
+            action = self.action.as_str(),
+            old_rate = %format_args!("{:.3}", self.old_rate),
+            new_rate = %format_args!("{:.3}", self.new_rate),
+            slack_ms = %format_args!("{:.0}", s.slack_ms),
+            slack_p10_ms = %format_args!("{:.0}", s.slack_p10_ms),
+            deadline_ms = %format_args!("{:.0}", s.deadline_ms),
+            queue_age_p95_ms = %format_args!("{:.0}", s.queue_age_p95_ms),
+            predicted_wait_ms = %opt(s.predicted_wait_ms),
+            service_p95_ms = %format_args!("{:.0}", s.service_p95_ms),
+            queue_age_samples = s.queue_age_samples,
+            service_samples = s.service_samples,
+            from_prior = self.from_prior,
+            gpu = %self.gpu.words(),
+            estimator_version = self.estimator_version,
+            reason = %self.reason,
+            "budget {} {:.3} -> {:.3}/s",
+            self.class,
+            self.old_rate,
+            self.new_rate,
+        );
+    }
+}
+
+/// The last `capacity` decisions, oldest first: what the control socket
+/// returns for "recent decisions".
+#[derive(Clone, Debug)]
+pub struct DecisionLog {
+    capacity: usize,
+    entries: VecDeque<Decision>,
+}
+
+impl DecisionLog {
+    pub fn new(capacity: usize) -> Self {
+        DecisionLog { capacity, entries: VecDeque::with_capacity(capacity.min(4096)) }
+    }
+
+    pub fn push(&mut self, decision: Decision) {
+        if self.capacity == 0 {
+            return;
+        }
+        if self.entries.len() == self.capacity {
+            self.entries.pop_front();
+        }
+        self.entries.push_back(decision);
+    }
+
+    pub fn extend(&mut self, decisions: impl IntoIterator<Item = Decision>) {
+        for d in decisions {
+            self.push(d);
+        }
+    }
+
+    /// The newest `n` (or fewer), oldest first.
+    pub fn last(&self, n: usize) -> impl Iterator<Item = &Decision> {
+        self.entries.iter().skip(self.entries.len().saturating_sub(n))
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Decision> {
+        self.entries.iter()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}

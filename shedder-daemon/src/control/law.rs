@@ -1,0 +1,287 @@
+//! The budget law of one adaptive class: multiplicative cut on negative slack,
+//! additive recovery on positive slack, and a rule for when a cut may follow
+//! a cut. The reasoning is in the [module docs of `control`](super).
+
+use super::ControlParams;
+use super::slack::Slack;
+
+/// Why a cut happened (it goes into the decision's reason).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum CutWhy {
+    /// Slack turned negative: answer on this tick.
+    Onset,
+    /// Still negative, and worse than at the last cut by more than the margin
+    /// after the hold time: the last cut was not enough.
+    Worse { last_cut_ms: u64, slack_at_cut: f64 },
+    /// Still negative a whole window after the last cut: every sample in the
+    /// window postdates that cut, so this is fresh evidence, not lag.
+    Persistent { last_cut_ms: u64 },
+}
+
+/// What one tick did to the internal rate.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) enum Move {
+    /// `deficit_ms`: what the factor was sized on (the whole negative slack
+    /// for an onset or a persistent cut, the worsening for a further cut).
+    Cut {
+        why: CutWhy,
+        factor: f64,
+        deficit_ms: f64,
+        base: f64,
+        admitted: Option<f64>,
+    },
+    Recover {
+        per_s: f64,
+    },
+    /// Nothing moved (holding, at a bound, or in the dead band).
+    Stay,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Episode {
+    last_cut_ms: u64,
+    slack_at_cut: f64,
+}
+
+/// The state of one adaptive class.
+#[derive(Clone, Debug)]
+pub(crate) struct Law {
+    /// The law's continuous rate, tokens/s.
+    pub rate: f64,
+    /// Set by the first cut of a run of negative slack, cleared when slack
+    /// is back at or above zero.
+    episode: Option<Episode>,
+}
+
+impl Law {
+    pub fn new(rate: f64) -> Self {
+        Law { rate, episode: None }
+    }
+
+    /// Forget the current episode (after a gate, or a reconfiguration).
+    pub fn reset_episode(&mut self) {
+        self.episode = None;
+    }
+
+    /// The cut factor for a deficit: 1 − gain·(deficit/deadline), clamped to
+    /// [floor, ceiling]. The ceiling makes the mildest cut still worth a
+    /// decision; the floor bounds what one tick of bad data can do.
+    pub fn cut_factor(p: &ControlParams, deficit_ms: f64, deadline_ms: f64) -> f64 {
+        let deficit = (deficit_ms / deadline_ms).max(0.0);
+        (1.0 - p.cut_gain * deficit).clamp(p.cut_floor, p.cut_ceiling)
+    }
+
+    /// One tick: `dt_s` since the previous tick, `admitted` the class's
+    /// observed admitted rate (if the daemon measured it), `window_ms` the
+    /// estimator's window. Returns what moved; `self.rate` holds the result.
+    #[allow(clippy::too_many_arguments)]
+    pub fn step(
+        &mut self,
+        p: &ControlParams,
+        s: &Slack,
+        now_ms: u64,
+        dt_s: f64,
+        admitted: Option<f64>,
+        window_ms: u64,
+        min_rate: f64,
+        max_rate: f64,
+    ) -> Move {
+        if s.slack_ms < 0.0 {
+            if !s.has_evidence() {
+                return Move::Stay;
+            }
+            let why = match self.episode {
+                None => CutWhy::Onset,
+                Some(ep) => {
+                    let since = now_ms.saturating_sub(ep.last_cut_ms);
+                    let worse_by = ep.slack_at_cut - s.slack_ms;
+                    if since >= window_ms {
+                        CutWhy::Persistent { last_cut_ms: ep.last_cut_ms }
+                    } else if since >= p.hold_ms && worse_by > p.recut_worsening * s.deadline_ms {
+                        CutWhy::Worse { last_cut_ms: ep.last_cut_ms, slack_at_cut: ep.slack_at_cut }
+                    } else {
+                        return Move::Stay;
+                    }
+                }
+            };
+            // A further cut answers only what is new since the last one (the
+            // velocity form): sizing it on the whole deficit again would
+            // compound the first cut's answer to the same evidence.
+            let deficit_ms = match why {
+                CutWhy::Worse { slack_at_cut, .. } => slack_at_cut - s.slack_ms,
+                CutWhy::Onset | CutWhy::Persistent { .. } => -s.slack_ms,
+            };
+            let factor = Self::cut_factor(p, deficit_ms, s.deadline_ms);
+            // Cut from what is actually admitted when the budget sits above
+            // the demand (a cut there would change nothing), but never take
+            // more than the floor off the budget in one step.
+            let admitted = admitted.filter(|a| a.is_finite() && *a >= 0.0);
+            let base = admitted.map_or(self.rate, |a| a.min(self.rate));
+            let new = (base * factor).max(self.rate * p.cut_floor).clamp(min_rate, max_rate);
+            self.episode = Some(Episode { last_cut_ms: now_ms, slack_at_cut: s.slack_ms });
+            if new >= self.rate {
+                return Move::Stay;
+            }
+            self.rate = new;
+            return Move::Cut { why, factor, deficit_ms, base, admitted };
+        }
+
+        self.episode = None;
+        let headroom = p.recover_headroom * s.deadline_ms;
+        if s.slack_ms < headroom || self.rate >= max_rate {
+            return Move::Stay;
+        }
+        // Full speed from twice the headroom, tapering to zero at the
+        // headroom: the rate slows as it nears the point where slack runs out.
+        let speed = if headroom > 0.0 { ((s.slack_ms - headroom) / headroom).min(1.0) } else { 1.0 };
+        let per_s = max_rate * p.recovery_per_s * speed;
+        if per_s <= 0.0 {
+            return Move::Stay;
+        }
+        self.rate = (self.rate + per_s * dt_s).clamp(min_rate, max_rate);
+        Move::Recover { per_s }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::estimate::Source;
+
+    fn slack(slack_ms: f64) -> Slack {
+        Slack {
+            slack_ms,
+            slack_p10_ms: slack_ms,
+            deadline_ms: 3_000.0,
+            safety_ms: 250.0,
+            queue_age_p95_ms: 0.0,
+            queue_age_p90_ms: 0.0,
+            queue_age_horizon_ms: 2_000,
+            queue_age_window_p95_ms: 0.0,
+            predicted_wait_ms: None,
+            queue_depth: None,
+            drain_rate_per_s: None,
+            queue_term_ms: 0.0,
+            service_p95_ms: 0.0,
+            queue_age_samples: 100,
+            service_samples: 100,
+            queue_age_source: Source::Window,
+            service_source: Source::Window,
+            estimator_version: 1,
+        }
+    }
+
+    fn run(law: &mut Law, p: &ControlParams, s: f64, at: u64) -> Move {
+        law.step(p, &slack(s), at, 0.1, None, 10_000, 1.0, 40.0)
+    }
+
+    #[test]
+    fn cut_factor_grows_with_the_deficit_and_is_clamped() {
+        let p = ControlParams::default();
+        assert_eq!(Law::cut_factor(&p, 30.0, 3_000.0), p.cut_ceiling);
+        assert!((Law::cut_factor(&p, 600.0, 3_000.0) - 0.8).abs() < 1e-9);
+        assert_eq!(Law::cut_factor(&p, 2_900.0, 3_000.0), p.cut_floor);
+    }
+
+    #[test]
+    fn a_step_is_answered_on_the_first_tick() {
+        let p = ControlParams::default();
+        let mut law = Law::new(40.0);
+        assert_eq!(run(&mut law, &p, 500.0, 0), Move::Stay);
+        match run(&mut law, &p, -600.0, 100) {
+            Move::Cut { why: CutWhy::Onset, factor, .. } => assert!((factor - 0.8).abs() < 1e-9),
+            m => panic!("{m:?}"),
+        }
+        assert!((law.rate - 32.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn lag_alone_does_not_wind_up() {
+        // The slack stays at its post-onset value for a whole window minus a
+        // tick, as a 10 s p95 does after a sufficient cut: one cut, no more.
+        let p = ControlParams::default();
+        let mut law = Law::new(40.0);
+        let mut cuts = 0;
+        for t in (0..10_000).step_by(100) {
+            if let Move::Cut { .. } = run(&mut law, &p, -600.0, t) {
+                cuts += 1;
+            }
+        }
+        assert_eq!(cuts, 1);
+        assert!((law.rate - 32.0).abs() < 1e-9);
+        // A whole window later the evidence is all post-cut: cut again.
+        assert!(matches!(run(&mut law, &p, -600.0, 10_000), Move::Cut { why: CutWhy::Persistent { .. }, .. }));
+    }
+
+    #[test]
+    fn worsening_slack_cuts_again_after_the_hold() {
+        let p = ControlParams::default();
+        let mut law = Law::new(40.0);
+        run(&mut law, &p, -100.0, 0);
+        // Worse, but inside the hold time: wait for the cut to show.
+        assert_eq!(run(&mut law, &p, -900.0, p.hold_ms - 100), Move::Stay);
+        // After the hold: cut again, sized on the 800 ms worsening only.
+        let before = law.rate;
+        match run(&mut law, &p, -900.0, p.hold_ms) {
+            Move::Cut { why: CutWhy::Worse { last_cut_ms: 0, .. }, factor, deficit_ms, .. } => {
+                assert_eq!(deficit_ms, 800.0);
+                assert!((factor - (1.0 - 800.0 / 3_000.0)).abs() < 1e-9);
+            }
+            m => panic!("{m:?}"),
+        }
+        assert!((law.rate - before * (1.0 - 800.0 / 3_000.0)).abs() < 1e-9);
+        // Slightly worse than that (within the margin): hold.
+        assert_eq!(run(&mut law, &p, -950.0, 2 * p.hold_ms), Move::Stay);
+    }
+
+    #[test]
+    fn cuts_start_from_the_admitted_rate_and_respect_the_floor_and_min() {
+        let p = ControlParams::default();
+        let mut law = Law::new(40.0);
+        // Budget 40, demand 30: cut 30 × 0.8.
+        law.step(&p, &slack(-600.0), 0, 0.1, Some(30.0), 10_000, 1.0, 40.0);
+        assert!((law.rate - 24.0).abs() < 1e-9);
+        // Admitted almost nothing: one cut still takes at most the floor.
+        let mut law = Law::new(40.0);
+        law.step(&p, &slack(-600.0), 0, 0.1, Some(0.5), 10_000, 1.0, 40.0);
+        assert_eq!(law.rate, 40.0 * p.cut_floor);
+        // Never below min.
+        let mut law = Law::new(1.5);
+        law.step(&p, &slack(-3_000.0), 0, 0.1, None, 10_000, 1.0, 40.0);
+        assert_eq!(law.rate, 1.0);
+        // At min: a cut is a no-op.
+        assert_eq!(law.step(&p, &slack(-3_000.0), 20_000, 0.1, None, 10_000, 1.0, 40.0), Move::Stay);
+    }
+
+    #[test]
+    fn priors_alone_never_cut() {
+        let p = ControlParams::default();
+        let mut law = Law::new(40.0);
+        let mut s = slack(-1_000.0);
+        s.queue_age_source = Source::Prior;
+        s.service_source = Source::Prior;
+        assert_eq!(law.step(&p, &s, 0, 0.1, None, 10_000, 1.0, 40.0), Move::Stay);
+        assert_eq!(law.rate, 40.0);
+    }
+
+    #[test]
+    fn recovery_is_additive_tapered_near_the_headroom_and_capped() {
+        let p = ControlParams::default();
+        let mut law = Law::new(10.0);
+        // Inside the dead band [0, headroom): nothing moves.
+        assert_eq!(run(&mut law, &p, 200.0, 0), Move::Stay);
+        // Far from trouble: full speed, max_rate × recovery_per_s per second.
+        for i in 0..10 {
+            run(&mut law, &p, 2_000.0, 100 * i);
+        }
+        assert!((law.rate - (10.0 + 40.0 * p.recovery_per_s)).abs() < 1e-9, "{}", law.rate);
+        // Halfway into the taper: half speed.
+        let before = law.rate;
+        run(&mut law, &p, 450.0, 2_000);
+        assert!((law.rate - before - 0.5 * 40.0 * p.recovery_per_s * 0.1).abs() < 1e-9);
+        for i in 0..10_000 {
+            run(&mut law, &p, 2_000.0, 3_000 + 100 * i);
+        }
+        assert_eq!(law.rate, 40.0);
+    }
+}

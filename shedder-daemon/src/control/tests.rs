@@ -1,0 +1,369 @@
+//! Controller-level tests on a simulated clock: the gate, static classes,
+//! decisions and their log line, configuration. The closed-loop drill
+//! (steady state, injected tail, oscillation) is `tests/controller_drill.rs`.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::*;
+use crate::estimate::{Completions, Distribution, Gauge, Quantiles, Source};
+
+fn ms(t: u64) -> Duration {
+    Duration::from_millis(t)
+}
+
+fn adaptive(min_rate: f64, max_rate: f64, opportunistic: bool) -> ClassPolicy {
+    ClassPolicy { deadline_ms: 3_000.0, safety_ms: 250.0, budget: Budget::Adaptive { min_rate, max_rate }, opportunistic }
+}
+
+fn dist(p95: f64) -> Distribution {
+    Distribution { quantiles: Quantiles { p50: p95 / 3.0, p90: p95 * 0.8, p95, p99: p95 * 1.3 }, samples: 300, source: Source::Window }
+}
+
+fn estimate(class: &str, queue_age_p95: f64, service_p95: f64) -> ClassEstimate {
+    ClassEstimate {
+        class: class.into(),
+        at_ms: 0,
+        estimator_version: 7,
+        window_ms: 10_000,
+        queue_age: dist(queue_age_p95),
+        queue_age_recent: dist(queue_age_p95),
+        queue_age_recent_ms: 2_000,
+        service: dist(service_p95),
+        completions: Completions::default(),
+        queue_depth: None,
+        kv_cache_usage: None,
+        drain_rate_per_s: None,
+    }
+}
+
+fn gpu(util: u32) -> GpuReading {
+    GpuReading { index: 0, utilization_pct: util, memory_used_bytes: 10, memory_total_bytes: 100 }
+}
+
+/// interactive (adaptive 1..40), batch (adaptive opportunistic 0..20),
+/// model (static 12/s).
+fn three_classes() -> Controller {
+    let policies = BTreeMap::from([
+        ("interactive".to_string(), adaptive(1.0, 40.0, false)),
+        ("batch".to_string(), adaptive(0.0, 20.0, true)),
+        (
+            "model".to_string(),
+            ClassPolicy { deadline_ms: 1_000.0, safety_ms: 100.0, budget: Budget::Static { rate: 12.0 }, opportunistic: false },
+        ),
+    ]);
+    Controller::new(ControlParams::default(), policies).unwrap()
+}
+
+fn healthy() -> BTreeMap<String, ClassEstimate> {
+    ["interactive", "batch", "model"].iter().map(|c| (c.to_string(), estimate(c, 50.0, 300.0))).collect()
+}
+
+/// Admitted rates: interactive at `interactive`/s of its 52/s capacity (40 + 12 static).
+fn admitted(interactive: f64) -> BTreeMap<String, f64> {
+    BTreeMap::from([("interactive".into(), interactive), ("model".into(), 0.0), ("batch".into(), 10.0)])
+}
+
+#[test]
+fn batch_is_gated_while_the_gpu_is_hot_and_interactive_is_busy() {
+    let mut c = three_classes();
+    // Busy: 30/s of 52/s is 58% >= 40%.
+    let d = c.tick(ms(0), &healthy(), &[gpu(97)], &admitted(30.0));
+    assert_eq!(d.len(), 1, "{d:?}");
+    assert_eq!((d[0].class.as_str(), d[0].action, d[0].old_rate, d[0].new_rate), ("batch", Action::Gate, 20.0, 0.0));
+    assert!(d[0].reason.starts_with("GPU hot (util 97% >= 90%), interactive load 58% of capacity, gate closed"), "{}", d[0].reason);
+    assert!(d[0].gpu.gate_closed);
+    assert_eq!(c.rate("batch"), Some(0.0));
+    // Interactive and static untouched.
+    assert_eq!((c.rate("interactive"), c.rate("model")), (Some(40.0), Some(12.0)));
+    // Stays gated, with no further decisions, while it lasts.
+    for t in 1..50 {
+        assert!(c.tick(ms(t * 100), &healthy(), &[gpu(97)], &admitted(30.0)).is_empty());
+    }
+    assert_eq!(c.rate("batch"), Some(0.0));
+}
+
+#[test]
+fn batch_is_not_gated_when_interactive_is_under_its_share() {
+    let mut c = three_classes();
+    // 15/s of 52/s is 29% < 40%.
+    for t in 0..50 {
+        assert!(c.tick(ms(t * 100), &healthy(), &[gpu(97)], &admitted(15.0)).is_empty());
+    }
+    assert_eq!(c.rate("batch"), Some(20.0));
+    assert!(!c.last_gpu().unwrap().gate_closed);
+    assert!(!c.last_gpu().unwrap().hot.is_empty());
+}
+
+#[test]
+fn batch_is_not_gated_when_the_gpu_is_cool_or_unknown() {
+    for readings in [&[gpu(50)][..], &[]] {
+        let mut c = three_classes();
+        for t in 0..50 {
+            assert!(c.tick(ms(t * 100), &healthy(), readings, &admitted(39.0)).is_empty());
+        }
+        assert_eq!(c.rate("batch"), Some(20.0));
+    }
+}
+
+#[test]
+fn kv_cache_alone_closes_the_gate_without_nvml() {
+    let mut c = three_classes();
+    let mut est = healthy();
+    est.get_mut("interactive").unwrap().kv_cache_usage = Some(Gauge { value: 0.97, age_ms: 100 });
+    let d = c.tick(ms(0), &est, &[], &admitted(30.0));
+    assert_eq!(d.len(), 1);
+    assert!(d[0].reason.contains("KV cache 97% >= 90%"), "{}", d[0].reason);
+}
+
+#[test]
+fn batch_recovers_additively_after_the_gate_opens() {
+    let mut c = three_classes();
+    c.tick(ms(0), &healthy(), &[gpu(97)], &admitted(30.0));
+    assert_eq!(c.rate("batch"), Some(0.0));
+    // Cool from 1 s on; the gate holds for release_ms (3 s), then recovery.
+    let mut t = 1_000;
+    while t < 4_000 {
+        assert!(c.tick(ms(t), &healthy(), &[gpu(20)], &admitted(30.0)).is_empty(), "at {t}");
+        t += 100;
+    }
+    let mut first_recovery = None;
+    while t < 40_000 {
+        for d in c.tick(ms(t), &healthy(), &[gpu(20)], &admitted(30.0)) {
+            assert_eq!((d.class.as_str(), d.action), ("batch", Action::Recover));
+            assert!(d.new_rate > d.old_rate);
+            first_recovery.get_or_insert(d);
+        }
+        t += 100;
+    }
+    let first = first_recovery.unwrap();
+    assert!(first.at_ms >= 4_000 && first.reason.ends_with("GPU gate open again"), "{first:?}");
+    // 5% of 20/s per second: from 0 to 20 in 20 s.
+    assert_eq!(c.rate("batch"), Some(20.0));
+}
+
+#[test]
+fn static_classes_are_untouched() {
+    let mut c = three_classes();
+    // Awful slack for everyone, a hot GPU and busy interactive load.
+    let est: BTreeMap<_, _> =
+        ["interactive", "batch", "model"].iter().map(|n| (n.to_string(), estimate(n, 9_000.0, 5_000.0))).collect();
+    for t in 0..300 {
+        for d in c.tick(ms(t * 100), &est, &[gpu(99)], &admitted(35.0)) {
+            assert_ne!(d.class, "model", "{d:?}");
+        }
+        assert_eq!(c.rate("model"), Some(12.0));
+    }
+    assert!(c.rate("interactive").unwrap() < 40.0);
+    assert!(c.last_slacks()["model"].slack_ms < 0.0);
+}
+
+#[test]
+fn an_opportunistic_static_class_is_gated_to_zero_and_restored() {
+    let policies = BTreeMap::from([
+        ("interactive".to_string(), adaptive(1.0, 10.0, false)),
+        (
+            "batch".to_string(),
+            ClassPolicy { deadline_ms: 60_000.0, safety_ms: 250.0, budget: Budget::Static { rate: 5.0 }, opportunistic: true },
+        ),
+    ]);
+    let mut c = Controller::new(ControlParams::default(), policies).unwrap();
+    let adm = BTreeMap::from([("interactive".to_string(), 9.0)]);
+    let d = c.tick(ms(0), &BTreeMap::new(), &[gpu(95)], &adm);
+    assert_eq!((d[0].action, d[0].new_rate), (Action::Gate, 0.0));
+    c.tick(ms(100), &BTreeMap::new(), &[gpu(10)], &adm);
+    let d = c.tick(ms(3_100), &BTreeMap::new(), &[gpu(10)], &adm);
+    assert_eq!((d[0].action, d[0].new_rate), (Action::Gate, 5.0));
+    assert!(d[0].reason.ends_with("static rate 5/s restored"), "{}", d[0].reason);
+}
+
+#[test]
+fn a_cut_decision_explains_itself() {
+    let mut c = three_classes();
+    let mut est = healthy();
+    c.tick(ms(9_000), &est, &[], &admitted(30.0));
+    est.insert("interactive".into(), estimate("interactive", 2_630.0, 1_800.0));
+    let d = c.tick(ms(9_100), &est, &[], &admitted(30.0));
+    assert_eq!(d.len(), 1);
+    let d = &d[0];
+    assert_eq!((d.class.as_str(), d.action, d.at_ms, d.estimator_version), ("interactive", Action::Cut, 9_100, 7));
+    assert_eq!((d.old_rate, d.new_rate), (40.0, 20.0));
+    assert_eq!(d.slack.slack_ms, 3_000.0 - 2_630.0 - 1_800.0 - 250.0);
+    assert_eq!((d.slack.queue_age_samples, d.slack.service_samples, d.from_prior), (300, 300, false));
+    assert_eq!(
+        d.reason,
+        "slack -1680 ms < 0: queue_age_p95 2630 ms (last 2.0 s) + service_p95 1800 ms + safety 250 ms exceed deadline 3000 ms; \
+         cut x0.50 from admitted 30.0/s; limited to x0.50 of the budget in one cut"
+    );
+    assert_eq!(d.gpu.words(), "no GPU or KV-cache telemetry, gate off");
+
+    // JSON for the control socket.
+    let json = serde_json::to_value(d).unwrap();
+    assert_eq!(json["class"], "interactive");
+    assert_eq!(json["action"], "cut");
+    assert_eq!(json["slack"]["queue_age_p95_ms"], 2_630.0);
+    assert_eq!(json["slack"]["service_source"], "window");
+    assert_eq!(json["gpu"]["gate_closed"], false);
+}
+
+#[test]
+fn priors_and_predicted_waits_show_in_the_reason() {
+    let mut c = three_classes();
+    let mut e = estimate("interactive", 100.0, 1_800.0);
+    e.service.source = Source::Prior;
+    e.queue_depth = Some(Gauge { value: 30, age_ms: 50 });
+    e.drain_rate_per_s = Some(10.0);
+    let est = BTreeMap::from([("interactive".to_string(), e)]);
+    let d = c.tick(ms(0), &est, &[], &BTreeMap::new());
+    let d = d.iter().find(|d| d.class == "interactive").unwrap();
+    assert!(d.from_prior);
+    assert!(
+        d.reason.starts_with(
+            "slack -2050 ms < 0: predicted wait 3000 ms (depth 30 / drain 10.0/s; queue_age_p95 100 ms) + \
+             service_p95 1800 ms (prior) + safety 250 ms"
+        ),
+        "{}",
+        d.reason
+    );
+    assert!(d.reason.contains("from budget 40.0/s"), "{}", d.reason);
+}
+
+#[derive(Clone, Default)]
+struct Buffer(Arc<Mutex<Vec<u8>>>);
+
+impl Write for Buffer {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn a_decision_is_one_structured_log_line() {
+    let mut c = three_classes();
+    let mut est = healthy();
+    est.insert("interactive".into(), estimate("interactive", 2_630.0, 1_800.0));
+    let d = c.tick(ms(5_000), &est, &[gpu(40)], &admitted(30.0)).remove(0);
+
+    let buffer = Buffer::default();
+    let writer = buffer.clone();
+    let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).without_time().finish();
+    tracing::subscriber::with_default(subscriber, || d.emit());
+    let out = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    assert_eq!(out.lines().count(), 1, "{out}");
+    for field in [
+        "shedder::decision",
+        "budget interactive 40.000 -> 20.000/s",
+        "at_ms=5000",
+        "class=interactive",
+        "action=\"cut\"",
+        "old_rate=40.000",
+        "new_rate=20.000",
+        "slack_ms=-1680",
+        "queue_age_p95_ms=2630",
+        "service_p95_ms=1800",
+        "queue_age_samples=300",
+        "service_samples=300",
+        "from_prior=false",
+        "gpu=GPU cool, interactive load 58% of capacity, gate open",
+        "estimator_version=7",
+        "reason=slack -1680 ms < 0: queue_age_p95 2630 ms",
+    ] {
+        assert!(out.contains(field), "missing {field:?} in {out}");
+    }
+}
+
+#[test]
+fn the_decision_log_keeps_the_last_n() {
+    let mut c = three_classes();
+    let mut est = healthy();
+    est.insert("interactive".into(), estimate("interactive", 2_630.0, 1_800.0));
+    let d = c.tick(ms(0), &est, &[], &admitted(30.0)).remove(0);
+    let mut log = DecisionLog::new(3);
+    for i in 0..5 {
+        log.push(Decision { at_ms: i, ..d.clone() });
+    }
+    assert_eq!(log.len(), 3);
+    assert_eq!(log.iter().map(|d| d.at_ms).collect::<Vec<_>>(), [2, 3, 4]);
+    assert_eq!(log.last(2).map(|d| d.at_ms).collect::<Vec<_>>(), [3, 4]);
+    assert_eq!(log.last(10).count(), 3);
+    let mut none = DecisionLog::new(0);
+    none.push(d);
+    assert!(none.is_empty());
+}
+
+#[test]
+fn policies_deserialize_strictly() {
+    let p: ClassPolicy = toml::from_str(
+        r#"
+        deadline_ms = 3000
+        budget = { kind = "adaptive", min_rate = 1, max_rate = 40 }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(p, adaptive(1.0, 40.0, false));
+    let p: ClassPolicy = toml::from_str(
+        r#"
+        deadline_ms = 60000
+        safety_ms = 0
+        opportunistic = true
+        budget = { kind = "static", rate = 5 }
+        "#,
+    )
+    .unwrap();
+    assert_eq!(p.budget, Budget::Static { rate: 5.0 });
+    for bad in [
+        "deadline_ms = 3000\nbudget = { kind = \"adaptive\", max_rate = 4, maxrate = 5 }",
+        "deadline_ms = 3000\nbudget = { kind = \"elastic\", rate = 5 }",
+        "deadline_ms = 3000\ndeadline = 5\nbudget = { kind = \"static\", rate = 5 }",
+    ] {
+        assert!(toml::from_str::<ClassPolicy>(bad).is_err(), "{bad}");
+    }
+    let params: ControlParams = toml::from_str("hold_ms = 800\n[gate]\ninteractive_share = 0.5").unwrap();
+    assert_eq!(params.hold_ms, 800);
+    assert_eq!(params.gate.interactive_share, 0.5);
+    assert_eq!(params.cut_floor, ControlParams::default().cut_floor);
+    assert!(toml::from_str::<ControlParams>("hold = 800").is_err());
+}
+
+#[test]
+fn invalid_configuration_names_the_field_and_changes_nothing() {
+    let bad = |policy: ClassPolicy| Controller::new(ControlParams::default(), BTreeMap::from([("x".to_string(), policy)]));
+    assert!(bad(adaptive(5.0, 4.0, false)).err().unwrap().0.contains("class \"x\" budget"));
+    assert!(bad(ClassPolicy { deadline_ms: 0.0, ..adaptive(1.0, 4.0, false) }).err().unwrap().0.contains("deadline_ms"));
+    assert!(bad(ClassPolicy { safety_ms: 3_000.0, ..adaptive(1.0, 4.0, false) }).err().unwrap().0.contains("safety_ms"));
+    let params = ControlParams { cut_floor: 0.99, ..ControlParams::default() };
+    assert!(Controller::new(params, BTreeMap::new()).err().unwrap().0.contains("cut_floor"));
+
+    let mut c = three_classes();
+    let mut est = healthy();
+    est.insert("interactive".into(), estimate("interactive", 2_630.0, 1_800.0));
+    c.tick(ms(0), &est, &[], &admitted(30.0));
+    assert_eq!(c.rate("interactive"), Some(20.0));
+    let mut policies = c.policies().clone();
+    policies.insert("interactive".into(), adaptive(30.0, 10.0, false));
+    assert!(c.reconfigure(ControlParams::default(), policies.clone()).is_err());
+    assert_eq!(c.rate("interactive"), Some(20.0));
+    // A valid change keeps the adaptive budget, clamped to the new bounds.
+    policies.insert("interactive".into(), adaptive(1.0, 15.0, false));
+    c.reconfigure(ControlParams::default(), policies).unwrap();
+    assert_eq!(c.rate("interactive"), Some(15.0));
+    assert_eq!(c.rate("model"), Some(12.0));
+}
+
+#[test]
+fn a_stalled_daemon_does_not_jump_its_recovery() {
+    let mut c = three_classes();
+    let mut est = healthy();
+    est.insert("interactive".into(), estimate("interactive", 2_630.0, 1_800.0));
+    c.tick(ms(0), &est, &[], &admitted(30.0));
+    assert_eq!(c.rate("interactive"), Some(20.0));
+    // One tick 60 s later with a healthy estimate: at most MAX_TICK_DT_S of recovery.
+    c.tick(ms(60_000), &healthy(), &[], &admitted(20.0));
+    assert_eq!(c.rate("interactive"), Some(20.0 + 40.0 * 0.05 * MAX_TICK_DT_S));
+}

@@ -1,0 +1,175 @@
+//! The daemon's per-tick work, in one place the binary and the tests share:
+//! telemetry in, estimates, the controller, budgets out to the maps, and the
+//! heartbeat.
+//!
+//! Nothing here reads a clock either: [`ControlLoop::tick`] takes `now` (for
+//! the estimators and the law) and the heartbeat value (CLOCK_MONOTONIC ns,
+//! for the fast path), so a test can drive simulated time against a real
+//! datapath.
+
+use std::{
+    collections::{BTreeMap, VecDeque},
+    sync::Arc,
+    time::Duration,
+};
+
+use shedder_common::bucket::BucketParams;
+use tracing::warn;
+
+use crate::{
+    config::{ControlSetup, Plan},
+    control::{Controller, Decision, DecisionLog},
+    datapath::Datapath,
+    estimate::Estimators,
+    telemetry::{ClassObservations, gpu::GpuSource, samples::SampleInbox},
+};
+
+/// How far back the admitted rate is measured.
+const ADMITTED_HORIZON: Duration = Duration::from_secs(1);
+/// Recent decisions kept for the control socket's `decisions` op.
+const DECISIONS_KEPT: usize = 1024;
+
+pub struct ControlLoop {
+    datapath: Datapath,
+    /// The operator's plan with the controller's current rates written in.
+    plan: Plan,
+    estimators: Estimators,
+    controller: Controller,
+    inbox: Arc<SampleInbox>,
+    gpu: Box<dyn GpuSource>,
+    admitted: AdmittedRates,
+    decisions: DecisionLog,
+}
+
+impl ControlLoop {
+    /// Takes over a datapath that already holds `plan`.
+    pub fn new(datapath: Datapath, plan: Plan, setup: ControlSetup, gpu: Box<dyn GpuSource>) -> Self {
+        let inbox = Arc::new(SampleInbox::with_classes(plan.class_names.iter().cloned()));
+        Self {
+            datapath,
+            plan,
+            estimators: setup.estimators,
+            controller: setup.controller,
+            inbox,
+            gpu,
+            admitted: AdmittedRates::default(),
+            decisions: DecisionLog::new(DECISIONS_KEPT),
+        }
+    }
+
+    /// Where pushed job samples go (the control socket, tests).
+    pub fn inbox(&self) -> Arc<SampleInbox> {
+        self.inbox.clone()
+    }
+
+    pub fn datapath(&self) -> &Datapath {
+        &self.datapath
+    }
+
+    pub fn controller(&self) -> &Controller {
+        &self.controller
+    }
+
+    pub fn estimators(&self) -> &Estimators {
+        &self.estimators
+    }
+
+    pub fn decisions(&self) -> &DecisionLog {
+        &self.decisions
+    }
+
+    /// Feeds observations that arrived outside the inbox (scrapes).
+    pub fn observe(&mut self, now: Duration, batches: &[ClassObservations]) {
+        for batch in batches {
+            if let Err(e) = self.estimators.observe(now, batch) {
+                warn!("dropping observations: {e}");
+            }
+        }
+    }
+
+    /// One controller tick. Returns the budget changes it made (each already
+    /// logged), after writing them to the maps.
+    pub fn tick(&mut self, now: Duration, heartbeat_ns: u64) -> anyhow::Result<Vec<Decision>> {
+        let pushed = self.inbox.drain();
+        self.observe(now, &pushed);
+        let gpu = self.gpu.read().unwrap_or_else(|e| {
+            warn!("reading GPU telemetry: {e:#}");
+            Vec::new()
+        });
+        let snapshots = self.datapath.class_snapshots()?;
+        // Marked connections were admitted too (degraded, but they take a worker).
+        let admitted_now = snapshots.iter().map(|s| (s.name.clone(), s.counters.admitted + s.counters.marked));
+        let admitted = self.admitted.update(now, admitted_now.collect());
+        let estimates = self.estimators.estimate_all(now);
+        let decisions = self.controller.tick(now, &estimates, &gpu, &admitted);
+        if !decisions.is_empty() {
+            self.publish_rates()?;
+        }
+        for decision in &decisions {
+            decision.emit();
+        }
+        self.decisions.extend(decisions.iter().cloned());
+        self.datapath.write_heartbeat(heartbeat_ns)?;
+        Ok(decisions)
+    }
+
+    /// Writes the controller's rates into the plan and the maps (which only
+    /// change where a rate did).
+    fn publish_rates(&mut self) -> anyhow::Result<()> {
+        for (slot, name) in self.plan.class_names.iter().enumerate() {
+            let Some(rate) = self.controller.rate(name) else { continue };
+            let class = &mut self.plan.classes[slot];
+            let old = class.bucket;
+            class.bucket = BucketParams::new((rate * 1000.0).round() as u64, old.burst_milli, old.cost_milli);
+        }
+        self.datapath.apply(&self.plan)
+    }
+}
+
+/// Admitted connections per second per class, from counter snapshots.
+#[derive(Default)]
+struct AdmittedRates {
+    history: VecDeque<(Duration, BTreeMap<String, u64>)>,
+}
+
+impl AdmittedRates {
+    /// Records a snapshot and returns the rates over about the last
+    /// [`ADMITTED_HORIZON`]; empty until half of it has been seen.
+    fn update(&mut self, now: Duration, counts: BTreeMap<String, u64>) -> BTreeMap<String, f64> {
+        self.history.push_back((now, counts));
+        while self.history.len() > 2 && now.saturating_sub(self.history[1].0) >= ADMITTED_HORIZON {
+            self.history.pop_front();
+        }
+        let ((then, old), (_, new)) = (&self.history[0], &self.history[self.history.len() - 1]);
+        let span = now.saturating_sub(*then).as_secs_f64();
+        if span < ADMITTED_HORIZON.as_secs_f64() / 2.0 {
+            return BTreeMap::new();
+        }
+        new.iter()
+            .filter_map(|(class, n)| old.get(class).map(|o| (class.clone(), n.saturating_sub(*o) as f64 / span)))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn counts(n: u64) -> BTreeMap<String, u64> {
+        [("a".to_string(), n)].into()
+    }
+
+    #[test]
+    fn admitted_rate_is_measured_over_about_a_second() {
+        let mut rates = AdmittedRates::default();
+        assert!(rates.update(Duration::ZERO, counts(0)).is_empty());
+        assert!(rates.update(Duration::from_millis(100), counts(10)).is_empty());
+        let mut last = BTreeMap::new();
+        for tick in 2..=30u64 {
+            last = rates.update(Duration::from_millis(tick * 100), counts(tick * 10));
+        }
+        // 10 per 100 ms is 100/s, whatever the window's exact length.
+        assert!((last["a"] - 100.0).abs() < 1e-9, "{last:?}");
+        assert!(rates.history.len() <= 12, "history is trimmed to the horizon");
+    }
+}
