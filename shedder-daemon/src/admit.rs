@@ -95,7 +95,10 @@ impl AdmitPolicy {
             return Err(format!("admit.safety_ms: {} is not a finite, non-negative number", self.safety_ms));
         }
         if !(self.max_queue_age_ms.is_finite() && self.max_queue_age_ms >= 0.0) {
-            return Err(format!("admit.max_queue_age_ms: {} is not a finite, non-negative number", self.max_queue_age_ms));
+            return Err(format!(
+                "admit.max_queue_age_ms: {} is not a finite, non-negative number",
+                self.max_queue_age_ms
+            ));
         }
         if self.retry_after_min_ms > self.retry_after_max_ms {
             return Err(format!(
@@ -193,18 +196,84 @@ mod tests {
         let rec = seed_record();
         let cases: &[(&str, AdmitRequest, AdmitPolicy, Verdict, f64)] = &[
             ("the seed's record", rec, policy(), Verdict::Admit, 3_800.0),
-            ("same, given as a queue age", AdmitRequest { queue_age: QueueAge::AgeMs(2_400.0), ..rec }, policy(), Verdict::Admit, 3_800.0),
+            (
+                "same, given as a queue age",
+                AdmitRequest { queue_age: QueueAge::AgeMs(2_400.0), ..rec },
+                policy(),
+                Verdict::Admit,
+                3_800.0,
+            ),
             // Later and later: slack − safety reaches 0, then −1.
-            ("slack exactly the safety margin", AdmitRequest { now_ms: T0 + 5_950.0, ..rec }, policy(), Verdict::Admit, 250.0),
-            ("1 ms inside the margin", AdmitRequest { now_ms: T0 + 5_951.0, ..rec }, policy(), Verdict::RejectDeadline, 249.0),
-            ("slack exactly 0, no margin", AdmitRequest { now_ms: T0 + 6_200.0, ..rec }, AdmitPolicy { safety_ms: 0.0, ..policy() }, Verdict::Admit, 0.0),
-            ("slack −1 ms, no margin", AdmitRequest { now_ms: T0 + 6_201.0, ..rec }, AdmitPolicy { safety_ms: 0.0, ..policy() }, Verdict::RejectDeadline, -1.0),
-            ("a slower estimate (p95 5800 ms)", AdmitRequest { service_p95_ms: 5_800.0, ..rec }, policy(), Verdict::RejectDeadline, -200.0),
-            ("past its deadline", AdmitRequest { now_ms: T0 + 9_000.0, ..rec }, policy(), Verdict::RejectDeadline, -2_800.0),
-            ("queue age at the stale limit", rec, AdmitPolicy { max_queue_age_ms: 2_400.0, ..policy() }, Verdict::Admit, 3_800.0),
-            ("queue age 1 ms over the limit", rec, AdmitPolicy { max_queue_age_ms: 2_399.0, ..policy() }, Verdict::RejectStale, 3_800.0),
-            ("both: the deadline is reported first", AdmitRequest { now_ms: T0 + 9_000.0, ..rec }, AdmitPolicy { max_queue_age_ms: 100.0, ..policy() }, Verdict::RejectDeadline, -2_800.0),
-            ("unknown estimate (NaN) does not admit", AdmitRequest { service_p95_ms: f64::NAN, ..rec }, policy(), Verdict::RejectDeadline, f64::NAN),
+            (
+                "slack exactly the safety margin",
+                AdmitRequest { now_ms: T0 + 5_950.0, ..rec },
+                policy(),
+                Verdict::Admit,
+                250.0,
+            ),
+            (
+                "1 ms inside the margin",
+                AdmitRequest { now_ms: T0 + 5_951.0, ..rec },
+                policy(),
+                Verdict::RejectDeadline,
+                249.0,
+            ),
+            (
+                "slack exactly 0, no margin",
+                AdmitRequest { now_ms: T0 + 6_200.0, ..rec },
+                AdmitPolicy { safety_ms: 0.0, ..policy() },
+                Verdict::Admit,
+                0.0,
+            ),
+            (
+                "slack −1 ms, no margin",
+                AdmitRequest { now_ms: T0 + 6_201.0, ..rec },
+                AdmitPolicy { safety_ms: 0.0, ..policy() },
+                Verdict::RejectDeadline,
+                -1.0,
+            ),
+            (
+                "a slower estimate (p95 5800 ms)",
+                AdmitRequest { service_p95_ms: 5_800.0, ..rec },
+                policy(),
+                Verdict::RejectDeadline,
+                -200.0,
+            ),
+            (
+                "past its deadline",
+                AdmitRequest { now_ms: T0 + 9_000.0, ..rec },
+                policy(),
+                Verdict::RejectDeadline,
+                -2_800.0,
+            ),
+            (
+                "queue age at the stale limit",
+                rec,
+                AdmitPolicy { max_queue_age_ms: 2_400.0, ..policy() },
+                Verdict::Admit,
+                3_800.0,
+            ),
+            (
+                "queue age 1 ms over the limit",
+                rec,
+                AdmitPolicy { max_queue_age_ms: 2_399.0, ..policy() },
+                Verdict::RejectStale,
+                3_800.0,
+            ),
+            (
+                "both: the deadline is reported first",
+                AdmitRequest { now_ms: T0 + 9_000.0, ..rec },
+                AdmitPolicy { max_queue_age_ms: 100.0, ..policy() },
+                Verdict::RejectDeadline,
+                -2_800.0,
+            ),
+            (
+                "unknown estimate (NaN) does not admit",
+                AdmitRequest { service_p95_ms: f64::NAN, ..rec },
+                policy(),
+                Verdict::RejectDeadline,
+                f64::NAN,
+            ),
         ];
         let mut rng = SmallRng::seed_from_u64(1);
         for (what, request, policy, verdict, slack) in cases {
@@ -247,18 +316,28 @@ mod tests {
         // The jitter actually spreads (not a constant).
         assert!(lo_seen < 3_300 && hi_seen > 4_700, "{lo_seen}..{hi_seen}");
         // Same seed, same hints.
-        let a: Vec<_> = (0..5).map(|_| 0).scan(SmallRng::seed_from_u64(9), |r, _| admit(&mid, &p, r).retry_after_ms).collect();
-        let b: Vec<_> = (0..5).map(|_| 0).scan(SmallRng::seed_from_u64(9), |r, _| admit(&mid, &p, r).retry_after_ms).collect();
+        let a: Vec<_> =
+            (0..5).map(|_| 0).scan(SmallRng::seed_from_u64(9), |r, _| admit(&mid, &p, r).retry_after_ms).collect();
+        let b: Vec<_> =
+            (0..5).map(|_| 0).scan(SmallRng::seed_from_u64(9), |r, _| admit(&mid, &p, r).retry_after_ms).collect();
         assert_eq!(a, b);
         // Stale: based on the excess age; Retry-After in whole seconds, up.
         let stale = admit(&rec, &AdmitPolicy { max_queue_age_ms: 0.0, jitter: 0.0, ..p.clone() }, &mut rng);
-        assert_eq!((stale.verdict, stale.retry_after_ms, stale.retry_after_secs()), (Verdict::RejectStale, Some(2_400), Some(3)));
+        assert_eq!(
+            (stale.verdict, stale.retry_after_ms, stale.retry_after_secs()),
+            (Verdict::RejectStale, Some(2_400), Some(3))
+        );
     }
 
     #[test]
     fn policy_validation_and_strict_config() {
         assert!(policy().validate().is_ok());
-        assert!(AdmitPolicy { retry_after_min_ms: 5, retry_after_max_ms: 4, ..policy() }.validate().unwrap_err().contains("retry_after_min_ms"));
+        assert!(
+            AdmitPolicy { retry_after_min_ms: 5, retry_after_max_ms: 4, ..policy() }
+                .validate()
+                .unwrap_err()
+                .contains("retry_after_min_ms")
+        );
         assert!(AdmitPolicy { jitter: 1.0, ..policy() }.validate().unwrap_err().contains("jitter"));
         let p: AdmitPolicy = toml::from_str("max_queue_age_ms = 10000").unwrap();
         assert_eq!(p, policy());

@@ -6,14 +6,14 @@
 
 use std::{collections::BTreeMap, fmt, path::Path};
 
-use anyhow::Context as _;
-use ipnet::IpNet;
-use serde::{Deserialize, Serialize};
 use crate::{
     control::{Budget, ClassPolicy, ControlParams, Controller},
     estimate::{ClassPrior, EstimatorParams, Estimators},
     telemetry::scrape::ScrapeTarget,
 };
+use anyhow::Context as _;
+use ipnet::IpNet;
+use serde::{Deserialize, Serialize};
 use shedder_common::{
     bucket::BucketParams,
     classify::{Mode, RuleTarget, target_for},
@@ -297,8 +297,8 @@ impl Config {
             };
             policies.insert(class.name.clone(), policy);
         }
-        let estimators =
-            Estimators::new(self.estimator.clone(), priors).map_err(|e| ConfigError { field: "estimator".into(), message: e.to_string() })?;
+        let estimators = Estimators::new(self.estimator.clone(), priors)
+            .map_err(|e| ConfigError { field: "estimator".into(), message: e.to_string() })?;
         let controller = Controller::new(self.control.clone(), policies)
             .map_err(|e| ConfigError { field: "control".into(), message: e.to_string() })?;
         for (i, target) in self.scrapes.iter().enumerate() {

@@ -40,8 +40,6 @@ use crate::telemetry::{ClassObservations, Observation};
 /// value of the right rank. Fixed (not configurable) so that slices always
 /// merge.
 pub const RELATIVE_ACCURACY: f64 = 0.01;
-/// Fewest completions in the recent horizon for [`ClassEstimate::drain_rate_per_s`].
-pub const MIN_DRAIN_SAMPLES: u64 = 5;
 
 fn sketch_config() -> SketchConfig {
     // 2048 bins at 1% cover 1e-9 .. 1e9 ms with room to spare; values below
@@ -301,8 +299,9 @@ pub struct ClassEstimate {
     pub queue_depth: Option<Gauge<u64>>,
     /// KV-cache usage 0..=1, as last reported (same ageing).
     pub kv_cache_usage: Option<Gauge<f64>>,
-    /// Service completions per second over the recent horizon
-    /// (`recent_slices`), `None` below [`MIN_DRAIN_SAMPLES`]. With the queue
+    /// Service completions per second over the freshest horizon holding
+    /// `min_samples` of them (as for `queue_age_recent`; `None` if the whole
+    /// window holds fewer). With the queue
     /// depth it predicts the wait of a job arriving now (Little's law).
     pub drain_rate_per_s: Option<f64>,
 }
@@ -502,6 +501,8 @@ impl Estimators {
         let mut late_by = new_sketch();
         let mut completions = Completions::default();
         let mut recent: Option<(DDSketch, u64)> = None;
+        let mut drained = 0u64;
+        let mut drain: Option<(u64, u64)> = None;
         let recent_slices = u64::from(p.recent_slices);
         for slice in &slices {
             // Same config everywhere, so a merge cannot fail.
@@ -514,13 +515,19 @@ impl Estimators {
             if recent.is_none() && age >= recent_slices && queue_age.count() as u64 >= p.min_samples {
                 recent = Some((queue_age.clone(), age));
             }
+            drained += slice.service.count() as u64;
+            if drain.is_none() && age >= recent_slices && drained >= p.min_samples {
+                drain = Some((drained, age));
+            }
         }
         completions.late_by = Quantiles::of(&late_by);
 
         let distribution = |sketch: &DDSketch, prior: Quantiles| {
             let samples = sketch.count() as u64;
             match Quantiles::of(sketch) {
-                Some(quantiles) if samples >= p.min_samples => Distribution { quantiles, samples, source: Source::Window },
+                Some(quantiles) if samples >= p.min_samples => {
+                    Distribution { quantiles, samples, source: Source::Window }
+                }
                 _ => Distribution { quantiles: prior, samples, source: Source::Prior },
             }
         };
@@ -533,13 +540,14 @@ impl Estimators {
         let queue_age_recent_ms =
             (now_ms.saturating_sub((current + 1).saturating_sub(recent_slices_used) * slice_ms)).min(p.window_ms);
 
-        // Drain rate over the recent slices, the current partial one included.
-        let drained: u64 = state.recent(current, recent_slices).map(|s| s.service.count() as u64).sum();
-        let horizon_start = (current + 1).saturating_sub(recent_slices) * slice_ms;
-        let horizon_start = horizon_start.max(state.first_seen_ms.unwrap_or(horizon_start));
-        let span_ms = now_ms.saturating_sub(horizon_start).max(1);
-        let drain_rate_per_s =
-            (drained >= MIN_DRAIN_SAMPLES).then(|| drained as f64 * 1000.0 / span_ms.max(slice_ms / 2) as f64);
+        // Drain rate over its horizon: full slices plus the current partial
+        // one, never reaching back before the first observation.
+        let drain_rate_per_s = drain.map(|(drained, age)| {
+            let start = (current + 1).saturating_sub(age) * slice_ms;
+            let start = start.max(state.first_seen_ms.unwrap_or(start));
+            let span_ms = now_ms.saturating_sub(start).max(slice_ms / 2);
+            drained as f64 * 1000.0 / span_ms as f64
+        });
 
         let fresh = |at: u64| {
             let age = now_ms.saturating_sub(at);
@@ -790,7 +798,10 @@ mod tests {
         let e = est.estimate(c, at(10_101)).unwrap();
         assert_eq!(e.queue_depth, None);
         assert_eq!(e.kv_cache_usage, None);
-        assert_eq!(e.drain_rate_per_s, None);
+        // The drain horizon widened to find min_samples: 30 completions
+        // (slice [3 s, 4 s)) over the 7.1 s since that slice began.
+        assert!((e.drain_rate_per_s.unwrap() - 30.0 / 7.101).abs() < 1e-9);
+        assert_eq!(est.estimate(c, at(14_000)).unwrap().drain_rate_per_s, None);
     }
 
     #[test]

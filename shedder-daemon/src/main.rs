@@ -20,8 +20,8 @@ use shedder_daemon::{
 };
 use tokio::{
     io::unix::AsyncFd,
-    time::MissedTickBehavior,
     signal::unix::{SignalKind, signal},
+    time::MissedTickBehavior,
 };
 use tracing::{info, warn};
 

@@ -121,7 +121,10 @@ fn late_samples_cut_the_class_budget_and_fewer_connections_get_in() {
     assert!(control.datapath().heartbeat().unwrap() > 0, "every tick writes the heartbeat");
 
     let after = paced_admissions(&bed, to, 80);
-    println!("budget 100/s -> {cut_to}/s after {} decisions; admitted {before} of 80 before, {after} of 80 after", decisions.len());
+    println!(
+        "budget 100/s -> {cut_to}/s after {} decisions; admitted {before} of 80 before, {after} of 80 after",
+        decisions.len()
+    );
     assert!(after < before, "admitted {after} after the cut, {before} before");
     drop(listener);
 }

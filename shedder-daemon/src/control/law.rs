@@ -10,12 +10,14 @@ use super::slack::Slack;
 pub(crate) enum CutWhy {
     /// Slack turned negative: answer on this tick.
     Onset,
-    /// Still negative, and worse than at the last cut by more than the margin
-    /// after the hold time: the last cut was not enough.
+    /// Still negative, worse than at the last cut by more than the margin
+    /// after the hold time, and the queue (when its depth is known) still
+    /// growing: the last cut was not enough.
     Worse { last_cut_ms: u64, slack_at_cut: f64 },
-    /// Still negative a whole window after the last cut: every sample in the
-    /// window postdates that cut, so this is fresh evidence, not lag.
-    Persistent { last_cut_ms: u64 },
+    /// Still negative a whole window after `since_ms` (the last cut, or the
+    /// last time the slack was seen improving), and not better than then:
+    /// every sample in the window postdates it, so this is evidence, not lag.
+    Persistent { since_ms: u64, slack_then: f64 },
 }
 
 /// What one tick did to the internal rate.
@@ -40,7 +42,11 @@ pub(crate) enum Move {
 #[derive(Clone, Copy, Debug)]
 struct Episode {
     last_cut_ms: u64,
-    slack_at_cut: f64,
+    /// The reference the next cut is judged against: set by each cut, and
+    /// moved forward (without a cut) when a window shows improvement.
+    ref_ms: u64,
+    ref_slack: f64,
+    ref_depth: Option<u64>,
 }
 
 /// The state of one adaptive class.
@@ -90,15 +96,31 @@ impl Law {
             if !s.has_evidence() {
                 return Move::Stay;
             }
-            let why = match self.episode {
+            let margin = p.recut_worsening * s.deadline_ms;
+            let why = match self.episode.as_mut() {
                 None => CutWhy::Onset,
                 Some(ep) => {
-                    let since = now_ms.saturating_sub(ep.last_cut_ms);
-                    let worse_by = ep.slack_at_cut - s.slack_ms;
-                    if since >= window_ms {
-                        CutWhy::Persistent { last_cut_ms: ep.last_cut_ms }
-                    } else if since >= p.hold_ms && worse_by > p.recut_worsening * s.deadline_ms {
-                        CutWhy::Worse { last_cut_ms: ep.last_cut_ms, slack_at_cut: ep.slack_at_cut }
+                    // With a live depth, "the cut is not enough" must show as
+                    // a queue that is not shrinking; without one, slack alone.
+                    let depth_vs_ref = s.queue_depth.zip(ep.ref_depth).map(|(d, d0)| d.cmp(&d0));
+                    let growing = depth_vs_ref.is_none_or(|o| o.is_gt());
+                    let not_shrinking = depth_vs_ref.is_none_or(|o| o.is_ge());
+                    if now_ms.saturating_sub(ep.last_cut_ms) >= p.hold_ms
+                        && ep.ref_slack - s.slack_ms > margin
+                        && growing
+                    {
+                        CutWhy::Worse { last_cut_ms: ep.last_cut_ms, slack_at_cut: ep.ref_slack }
+                    } else if now_ms.saturating_sub(ep.ref_ms) >= window_ms {
+                        if s.slack_ms <= ep.ref_slack + margin && not_shrinking {
+                            CutWhy::Persistent { since_ms: ep.ref_ms, slack_then: ep.ref_slack }
+                        } else {
+                            // Improving: the last cut is working. Judge the
+                            // next window against where we are now.
+                            ep.ref_ms = now_ms;
+                            ep.ref_slack = s.slack_ms;
+                            ep.ref_depth = s.queue_depth;
+                            return Move::Stay;
+                        }
                     } else {
                         return Move::Stay;
                     }
@@ -118,7 +140,8 @@ impl Law {
             let admitted = admitted.filter(|a| a.is_finite() && *a >= 0.0);
             let base = admitted.map_or(self.rate, |a| a.min(self.rate));
             let new = (base * factor).max(self.rate * p.cut_floor).clamp(min_rate, max_rate);
-            self.episode = Some(Episode { last_cut_ms: now_ms, slack_at_cut: s.slack_ms });
+            self.episode =
+                Some(Episode { last_cut_ms: now_ms, ref_ms: now_ms, ref_slack: s.slack_ms, ref_depth: s.queue_depth });
             if new >= self.rate {
                 return Move::Stay;
             }
@@ -209,8 +232,51 @@ mod tests {
         }
         assert_eq!(cuts, 1);
         assert!((law.rate - 32.0).abs() < 1e-9);
-        // A whole window later the evidence is all post-cut: cut again.
-        assert!(matches!(run(&mut law, &p, -600.0, 10_000), Move::Cut { why: CutWhy::Persistent { .. }, .. }));
+        // A whole window later, no better: the evidence is all post-cut, so cut again.
+        assert!(matches!(
+            run(&mut law, &p, -600.0, 10_000),
+            Move::Cut { why: CutWhy::Persistent { since_ms: 0, .. }, .. }
+        ));
+    }
+
+    #[test]
+    fn an_improving_slack_is_not_cut_again() {
+        // The cut works: the slack climbs back towards zero, as a draining
+        // backlog makes it. A window later it is still negative, but better:
+        // no cut, and the next window is judged from there.
+        let p = ControlParams::default();
+        let mut law = Law::new(40.0);
+        run(&mut law, &p, -2_000.0, 0);
+        let after_cut = law.rate;
+        for t in (100..10_000).step_by(100) {
+            assert_eq!(run(&mut law, &p, -2_000.0 + t as f64 / 10.0, t), Move::Stay);
+        }
+        assert_eq!(run(&mut law, &p, -1_000.0, 10_000), Move::Stay);
+        assert_eq!(run(&mut law, &p, -1_000.0, 19_900), Move::Stay);
+        // Stuck at -1000 ms for the whole next window: now it is evidence.
+        assert!(matches!(
+            run(&mut law, &p, -1_000.0, 20_000),
+            Move::Cut { why: CutWhy::Persistent { since_ms: 10_000, .. }, .. }
+        ));
+        assert!(law.rate < after_cut);
+    }
+
+    #[test]
+    fn with_a_live_depth_only_a_growing_queue_is_cut_again() {
+        let p = ControlParams::default();
+        let mut law = Law::new(40.0);
+        let at = |law: &mut Law, slack_ms: f64, depth: u64, t: u64| {
+            let mut s = slack(slack_ms);
+            s.queue_depth = Some(depth);
+            law.step(&p, &s, t, 0.1, None, 10_000, 1.0, 40.0)
+        };
+        assert!(matches!(at(&mut law, -500.0, 20, 0), Move::Cut { why: CutWhy::Onset, .. }));
+        // Worse slack (a noisy drain rate, a p95 catching up) but the queue
+        // is shrinking: the cut is working, hold.
+        assert_eq!(at(&mut law, -1_500.0, 18, 600), Move::Stay);
+        assert_eq!(at(&mut law, -1_500.0, 20, 700), Move::Stay);
+        // Worse and growing: cut again.
+        assert!(matches!(at(&mut law, -1_500.0, 24, 800), Move::Cut { why: CutWhy::Worse { .. }, .. }));
     }
 
     #[test]

@@ -579,8 +579,9 @@ fn cut_reason(
             slack_at_cut - s.slack_ms,
             p.recut_worsening * s.deadline_ms
         ),
-        CutWhy::Persistent { last_cut_ms } => format!(
-            "still negative a whole window after the cut at {last_cut_ms} ms, so every sample postdates that cut: "
+        CutWhy::Persistent { since_ms, slack_then } => format!(
+            "still negative and no better than {slack_then:.0} ms a whole window after {since_ms} ms, \
+             so every sample postdates that: "
         ),
     };
     r.push_str(&format!(

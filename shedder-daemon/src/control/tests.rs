@@ -15,11 +15,20 @@ fn ms(t: u64) -> Duration {
 }
 
 fn adaptive(min_rate: f64, max_rate: f64, opportunistic: bool) -> ClassPolicy {
-    ClassPolicy { deadline_ms: 3_000.0, safety_ms: 250.0, budget: Budget::Adaptive { min_rate, max_rate }, opportunistic }
+    ClassPolicy {
+        deadline_ms: 3_000.0,
+        safety_ms: 250.0,
+        budget: Budget::Adaptive { min_rate, max_rate },
+        opportunistic,
+    }
 }
 
 fn dist(p95: f64) -> Distribution {
-    Distribution { quantiles: Quantiles { p50: p95 / 3.0, p90: p95 * 0.8, p95, p99: p95 * 1.3 }, samples: 300, source: Source::Window }
+    Distribution {
+        quantiles: Quantiles { p50: p95 / 3.0, p90: p95 * 0.8, p95, p99: p95 * 1.3 },
+        samples: 300,
+        source: Source::Window,
+    }
 }
 
 fn estimate(class: &str, queue_age_p95: f64, service_p95: f64) -> ClassEstimate {
@@ -51,7 +60,12 @@ fn three_classes() -> Controller {
         ("batch".to_string(), adaptive(0.0, 20.0, true)),
         (
             "model".to_string(),
-            ClassPolicy { deadline_ms: 1_000.0, safety_ms: 100.0, budget: Budget::Static { rate: 12.0 }, opportunistic: false },
+            ClassPolicy {
+                deadline_ms: 1_000.0,
+                safety_ms: 100.0,
+                budget: Budget::Static { rate: 12.0 },
+                opportunistic: false,
+            },
         ),
     ]);
     Controller::new(ControlParams::default(), policies).unwrap()
@@ -73,7 +87,11 @@ fn batch_is_gated_while_the_gpu_is_hot_and_interactive_is_busy() {
     let d = c.tick(ms(0), &healthy(), &[gpu(97)], &admitted(30.0));
     assert_eq!(d.len(), 1, "{d:?}");
     assert_eq!((d[0].class.as_str(), d[0].action, d[0].old_rate, d[0].new_rate), ("batch", Action::Gate, 20.0, 0.0));
-    assert!(d[0].reason.starts_with("GPU hot (util 97% >= 90%), interactive load 58% of capacity, gate closed"), "{}", d[0].reason);
+    assert!(
+        d[0].reason.starts_with("GPU hot (util 97% >= 90%), interactive load 58% of capacity, gate closed"),
+        "{}",
+        d[0].reason
+    );
     assert!(d[0].gpu.gate_closed);
     assert_eq!(c.rate("batch"), Some(0.0));
     // Interactive and static untouched.
@@ -166,7 +184,12 @@ fn an_opportunistic_static_class_is_gated_to_zero_and_restored() {
         ("interactive".to_string(), adaptive(1.0, 10.0, false)),
         (
             "batch".to_string(),
-            ClassPolicy { deadline_ms: 60_000.0, safety_ms: 250.0, budget: Budget::Static { rate: 5.0 }, opportunistic: true },
+            ClassPolicy {
+                deadline_ms: 60_000.0,
+                safety_ms: 250.0,
+                budget: Budget::Static { rate: 5.0 },
+                opportunistic: true,
+            },
         ),
     ]);
     let mut c = Controller::new(ControlParams::default(), policies).unwrap();
@@ -252,7 +275,8 @@ fn a_decision_is_one_structured_log_line() {
 
     let buffer = Buffer::default();
     let writer = buffer.clone();
-    let subscriber = tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).without_time().finish();
+    let subscriber =
+        tracing_subscriber::fmt().with_writer(move || writer.clone()).with_ansi(false).without_time().finish();
     tracing::subscriber::with_default(subscriber, || d.emit());
     let out = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
     assert_eq!(out.lines().count(), 1, "{out}");
@@ -333,10 +357,15 @@ fn policies_deserialize_strictly() {
 
 #[test]
 fn invalid_configuration_names_the_field_and_changes_nothing() {
-    let bad = |policy: ClassPolicy| Controller::new(ControlParams::default(), BTreeMap::from([("x".to_string(), policy)]));
+    let bad =
+        |policy: ClassPolicy| Controller::new(ControlParams::default(), BTreeMap::from([("x".to_string(), policy)]));
     assert!(bad(adaptive(5.0, 4.0, false)).err().unwrap().0.contains("class \"x\" budget"));
-    assert!(bad(ClassPolicy { deadline_ms: 0.0, ..adaptive(1.0, 4.0, false) }).err().unwrap().0.contains("deadline_ms"));
-    assert!(bad(ClassPolicy { safety_ms: 3_000.0, ..adaptive(1.0, 4.0, false) }).err().unwrap().0.contains("safety_ms"));
+    assert!(
+        bad(ClassPolicy { deadline_ms: 0.0, ..adaptive(1.0, 4.0, false) }).err().unwrap().0.contains("deadline_ms")
+    );
+    assert!(
+        bad(ClassPolicy { safety_ms: 3_000.0, ..adaptive(1.0, 4.0, false) }).err().unwrap().0.contains("safety_ms")
+    );
     let params = ControlParams { cut_floor: 0.99, ..ControlParams::default() };
     assert!(Controller::new(params, BTreeMap::new()).err().unwrap().0.contains("cut_floor"));
 
