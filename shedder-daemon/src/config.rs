@@ -295,6 +295,9 @@ impl Config {
                 budget,
                 opportunistic: class.opportunistic,
             };
+            // Checked alone first, so a bad policy is pinned on its class.
+            Controller::new(ControlParams::default(), [(class.name.clone(), policy.clone())].into())
+                .map_err(|e| ConfigError { field: format!("class[{i}]"), message: e.to_string() })?;
             policies.insert(class.name.clone(), policy);
         }
         let estimators = Estimators::new(self.estimator.clone(), priors)
@@ -445,6 +448,35 @@ mod tests {
     fn plan_of(extra: &str) -> Result<Plan, String> {
         let text = format!("{BASE}\n{extra}");
         Config::parse(&text).map_err(|e| format!("{e:#}"))?.plan().map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_example_gpu_host_config_is_valid() {
+        let config = Config::parse(include_str!("../../config/gpu-host.toml")).unwrap();
+        config.plan().unwrap();
+        let setup = config.control().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(setup.controller.policies().len(), 2, "chat and batch are controlled");
+        assert_eq!(setup.scrapes.len(), 1);
+    }
+
+    #[test]
+    fn control_fields_are_validated_with_their_names() {
+        let rows = [
+            ("[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\nopportunistic = true", "class[2].opportunistic"),
+            ("[[class]]\nname = \"x\"\nburst = 1\naction = \"drop\"", "class[2].rate"),
+            (
+                "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\ndeadline_ms = 100\nadaptive = { max_rate = 5 }",
+                "class[2].rate",
+            ),
+            ("[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\ndeadline_ms = -5", "class[2]"),
+            ("[control]\ncut_floor = 2", "control"),
+        ];
+        for (extra, field) in rows {
+            let text = format!("{BASE}\n{extra}");
+            let config = Config::parse(&text).unwrap();
+            let err = config.plan().err().or_else(|| config.control().err()).expect("refused");
+            assert!(err.field.starts_with(field), "expected {field}, got: {err}");
+        }
     }
 
     #[test]
