@@ -80,9 +80,9 @@ impl Datapath {
     pub fn load() -> anyhow::Result<Self> {
         let mut ebpf = Ebpf::load(OBJECT).context("loading the shedder eBPF object")?;
         let xdp: &mut Xdp = ebpf.program_mut(programs::XDP).context("no XDP program")?.try_into()?;
-        xdp.load().context("loading the XDP program (verifier)")?;
+        xdp.load().map_err(explain_old_kernel).context("loading the XDP program (verifier)")?;
         let tc: &mut SchedClassifier = ebpf.program_mut(programs::TC).context("no TC program")?.try_into()?;
-        tc.load().context("loading the TC program (verifier)")?;
+        tc.load().map_err(explain_old_kernel).context("loading the TC program (verifier)")?;
         Ok(Self { ebpf, applied: None })
     }
 
@@ -281,6 +281,22 @@ impl PassProgram {
         let prog: &mut Xdp = self.ebpf.program_mut(programs::PASS).context("no pass program")?.try_into()?;
         prog.attach(iface, XdpMode::Driver).with_context(|| format!("attaching XDP_PASS to {iface}"))?;
         Ok(())
+    }
+}
+
+/// The oldest kernel the program loads on: the bucket's 64-bit BPF
+/// compare-and-exchange arrived in 5.12 (older verifiers refuse it with
+/// "BPF_STX uses reserved fields").
+const OLDEST_KERNEL: (u8, u8) = (5, 12);
+
+/// Puts the kernel floor in front of a verifier refusal on an older kernel.
+fn explain_old_kernel(error: aya::programs::ProgramError) -> anyhow::Error {
+    let (major, minor) = OLDEST_KERNEL;
+    match KernelVersion::current() {
+        Ok(running) if running < KernelVersion::new(major, minor, 0) => anyhow::Error::new(error).context(format!(
+            "shedder needs Linux {major}.{minor} or newer (BPF atomic compare-and-exchange); this kernel is {running}"
+        )),
+        _ => error.into(),
     }
 }
 

@@ -103,6 +103,10 @@ async fn run(
     setup: ControlSetup,
     report_every: Duration,
 ) -> anyhow::Result<()> {
+    // Signal handlers first: from the moment the program is attached, a
+    // SIGINT or SIGTERM must detach it, never kill the daemon outright.
+    let mut sigint = signal(SignalKind::interrupt())?;
+    let mut sigterm = signal(SignalKind::terminate())?;
     let mut datapath = Datapath::load()?;
     forward_ebpf_logs(&mut datapath);
     datapath.apply(&plan).context("writing the config into the maps")?;
@@ -115,8 +119,6 @@ async fn run(
     let mut control = ControlLoop::new(datapath, plan, setup, open_gpu_source());
 
     let started = Instant::now();
-    let mut sigint = signal(SignalKind::interrupt())?;
-    let mut sigterm = signal(SignalKind::terminate())?;
     let mut report = tokio::time::interval(report_every);
     let mut tick = tokio::time::interval(tick_every);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
