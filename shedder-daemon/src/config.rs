@@ -462,7 +462,10 @@ mod tests {
     #[test]
     fn control_fields_are_validated_with_their_names() {
         let rows = [
-            ("[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\nopportunistic = true", "class[2].opportunistic"),
+            (
+                "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\nopportunistic = true",
+                "class[2].opportunistic",
+            ),
             ("[[class]]\nname = \"x\"\nburst = 1\naction = \"drop\"", "class[2].rate"),
             (
                 "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\ndeadline_ms = 100\nadaptive = { max_rate = 5 }",

@@ -15,6 +15,13 @@
 //!   numbers, current partial one included, so the window spans between
 //!   `window − slice` and `window` of history. Writing into a slot whose slice
 //!   number is old resets it: that is how stale data ages out, with no timer.
+//! * **Recent horizons.** Besides the window, queue age and service time are
+//!   also reported over the freshest horizon holding `min_samples`: the newest
+//!   `recent_slices` (2) slices, widened a slice at a time up to the window.
+//!   The controller needs them because queue age follows its own budget (a
+//!   10 s p95 would remember a drained backlog for 10 s) and a new service
+//!   tail shows there before it is 5% of the window. Same for the drain rate
+//!   (completions per second), which with the queue depth predicts the wait.
 //! * **Priors below a minimum sample count.** A p95 of three samples is noise.
 //!   Below `min_samples` a distribution reports the class's configured prior
 //!   and says so ([`Source::Prior`]); the controller never *cuts* on priors
@@ -113,7 +120,7 @@ impl EstimatorParams {
                 self.window_ms, self.slices
             )));
         }
-        if self.window_ms % u64::from(self.slices) != 0 {
+        if !self.window_ms.is_multiple_of(u64::from(self.slices)) {
             return Err(InvalidParams(format!(
                 "estimator.window_ms: {} is not a whole number of ms per slice ({} slices)",
                 self.window_ms, self.slices
@@ -294,6 +301,10 @@ pub struct ClassEstimate {
     /// The span that horizon covers, ms (at most the window).
     pub queue_age_recent_ms: u64,
     pub service: Distribution,
+    /// Service time over the freshest horizon holding `min_samples`, like
+    /// `queue_age_recent`: a regime change shows here seconds before it
+    /// dominates the window.
+    pub service_recent: Distribution,
     pub completions: Completions,
     /// Jobs waiting, as last reported (`None` if never, or older than the window).
     pub queue_depth: Option<Gauge<u64>>,
@@ -494,14 +505,14 @@ impl Estimators {
 
         // Newest first, so the recent horizon can widen one slice at a time.
         let mut slices: Vec<&Slice> = state.recent(current, n).collect();
-        slices.sort_by(|a, b| b.number.cmp(&a.number));
+        slices.sort_by_key(|s| std::cmp::Reverse(s.number));
 
         let mut queue_age = new_sketch();
         let mut service = new_sketch();
         let mut late_by = new_sketch();
         let mut completions = Completions::default();
         let mut recent: Option<(DDSketch, u64)> = None;
-        let mut drained = 0u64;
+        let mut service_recent: Option<DDSketch> = None;
         let mut drain: Option<(u64, u64)> = None;
         let recent_slices = u64::from(p.recent_slices);
         for slice in &slices {
@@ -515,9 +526,10 @@ impl Estimators {
             if recent.is_none() && age >= recent_slices && queue_age.count() as u64 >= p.min_samples {
                 recent = Some((queue_age.clone(), age));
             }
-            drained += slice.service.count() as u64;
+            let drained = service.count() as u64;
             if drain.is_none() && age >= recent_slices && drained >= p.min_samples {
                 drain = Some((drained, age));
+                service_recent = Some(service.clone());
             }
         }
         completions.late_by = Quantiles::of(&late_by);
@@ -562,6 +574,7 @@ impl Estimators {
             queue_age_recent,
             queue_age_recent_ms,
             service: distribution(&service, state.prior.service()),
+            service_recent: distribution(service_recent.as_ref().unwrap_or(&service), state.prior.service()),
             completions,
             queue_depth: state.queue_depth.and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),
             kv_cache_usage: state.kv_cache.and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),
@@ -802,6 +815,44 @@ mod tests {
         // (slice [3 s, 4 s)) over the 7.1 s since that slice began.
         assert!((e.drain_rate_per_s.unwrap() - 30.0 / 7.101).abs() < 1e-9);
         assert_eq!(est.estimate(c, at(14_000)).unwrap().drain_rate_per_s, None);
+    }
+
+    #[test]
+    fn recent_horizons_forget_fast_and_widen_when_thin() {
+        let mut est = one_class(EstimatorParams::default(), ClassPrior::default());
+        let c = "interactive";
+        // 0..5 s: 30 jobs/s waiting 2 s and served in 1800 ms; 5..8 s: 30 jobs/s, no wait, 100 ms.
+        for i in 0..240u64 {
+            let t = i * 1000 / 30;
+            let (wait, svc) = if t < 5_000 { (2_000.0, 1_800.0) } else { (0.0, 100.0) };
+            est.observe_one(at(t), c, &Observation::QueueAge { ms: wait, count: 1 }).unwrap();
+            est.observe_one(at(t), c, &service(svc)).unwrap();
+        }
+        let e = est.estimate(c, at(8_000)).unwrap();
+        // The window still remembers the backlog and the tail...
+        assert!(e.queue_age.quantiles.p95 > 1_900.0 && e.service.quantiles.p95 > 1_700.0, "{e:?}");
+        // ...the recent horizon (slice 7 and the current, empty one) does not.
+        assert_eq!(e.queue_age_recent.source, Source::Window);
+        assert_eq!(e.queue_age_recent_ms, 1_000);
+        assert_eq!(e.queue_age_recent.samples, 30);
+        assert_eq!(e.queue_age_recent.quantiles.p95, 0.0);
+        assert!((e.service_recent.quantiles.p95 - 100.0).abs() < 2.0);
+        assert!((e.drain_rate_per_s.unwrap() - 30.0).abs() < 1e-9);
+
+        // Thin traffic: 3 jobs/s. Two slices hold 6 samples, so the horizon
+        // widens until it holds min_samples (20): seven slices.
+        let mut est = one_class(EstimatorParams::default(), ClassPrior::default());
+        for i in 0..30u64 {
+            est.observe_one(at(i * 1000 / 3), c, &Observation::QueueAge { ms: i as f64, count: 1 }).unwrap();
+        }
+        let e = est.estimate(c, at(10_000)).unwrap();
+        assert_eq!(e.queue_age_recent.source, Source::Window);
+        assert_eq!(e.queue_age_recent.samples, 21);
+        assert_eq!(e.queue_age_recent_ms, 7_000);
+        // Fewer than min_samples in the whole window: the window's own answer (the prior).
+        let e = est.estimate(c, at(13_500)).unwrap();
+        assert_eq!(e.queue_age.samples, 18);
+        assert_eq!((e.queue_age_recent.source, e.queue_age_recent_ms), (Source::Prior, 9_500));
     }
 
     #[test]

@@ -204,7 +204,9 @@ mod tests {
     #[test]
     fn closes_only_when_hot_and_busy() {
         let p = GateParams::default();
-        let cases: &[(&str, &[GpuReading], Option<f64>, Option<f64>, bool)] = &[
+        // (what, readings, KV-cache usage, interactive load, gate closed)
+        type Case<'a> = (&'a str, &'a [GpuReading], Option<f64>, Option<f64>, bool);
+        let cases: &[Case] = &[
             ("hot util, busy", &[gpu(97, 10)], None, Some(30.0), true),
             ("hot memory, busy", &[gpu(10, 95)], None, Some(30.0), true),
             ("hot KV cache only, no NVML", &[], Some(0.95), Some(30.0), true),

@@ -154,9 +154,12 @@ impl Law {
         if s.slack_ms < headroom || self.rate >= max_rate {
             return Move::Stay;
         }
-        // Full speed from twice the headroom, tapering to zero at the
-        // headroom: the rate slows as it nears the point where slack runs out.
-        let speed = if headroom > 0.0 { ((s.slack_ms - headroom) / headroom).min(1.0) } else { 1.0 };
+        // Full speed from `recover_full_at` of the deadline, tapering to zero
+        // at the headroom: the less room the slack leaves, the more carefully
+        // the rate probes (a workload that already spends most of its
+        // deadline in service has little queue to spare).
+        let full = p.recover_full_at * s.deadline_ms;
+        let speed = if full > headroom { ((s.slack_ms - headroom) / (full - headroom)).min(1.0) } else { 1.0 };
         let per_s = max_rate * p.recovery_per_s * speed;
         if per_s <= 0.0 {
             return Move::Stay;
@@ -343,7 +346,7 @@ mod tests {
         assert!((law.rate - (10.0 + 40.0 * p.recovery_per_s)).abs() < 1e-9, "{}", law.rate);
         // Halfway into the taper: half speed.
         let before = law.rate;
-        run(&mut law, &p, 450.0, 2_000);
+        run(&mut law, &p, 900.0, 2_000);
         assert!((law.rate - before - 0.5 * 40.0 * p.recovery_per_s * 0.1).abs() < 1e-9);
         for i in 0..10_000 {
             run(&mut law, &p, 2_000.0, 3_000 + 100 * i);

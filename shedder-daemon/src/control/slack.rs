@@ -3,13 +3,18 @@
 //!
 //! ```text
 //! slack     = deadline − queue_term − service_p95 − safety
+//! service_p95 = max(service_p95 (window), service_p95 (recent))
 //! queue_term = max(queue_age_p95 (recent), predicted_wait)
 //! predicted_wait = queue_depth / drain_rate          (Little's law, when both are known)
 //! slack_p10 = deadline − queue_age_p90 (recent) − service_p95 − safety
 //! ```
 //!
 //! * **Two horizons.** Service time is a property of the workload: its p95
-//!   comes from the whole window (10 s), where the tail has enough samples.
+//!   comes from the whole window (10 s), where the tail has enough samples,
+//!   or from the recent horizon when that is higher: a new tail (the drill's
+//!   1800 ms jobs) is in the recent p95 a second or two before it is 5% of
+//!   a 10 s window, while a passing one stays in the window (fast attack,
+//!   slow release).
 //!   Queue age is a property of the *queue*, which the budget itself drives:
 //!   its p95 comes from the freshest horizon holding enough samples (the last
 //!   1–2 s at drill rates, widening to the window when traffic is thin; see
@@ -138,7 +143,10 @@ pub fn slack(policy: &ClassPolicy, estimate: Option<&ClassEstimate>, depth_max_a
         _ => None,
     };
     let qa = e.queue_age_recent.quantiles;
-    let service_p95 = e.service.quantiles.p95;
+    let service_p95 = match e.service_recent.source {
+        Source::Window => e.service.quantiles.p95.max(e.service_recent.quantiles.p95),
+        Source::Prior => e.service.quantiles.p95,
+    };
     let queue_term = qa.p95.max(predicted_wait_ms.unwrap_or(0.0));
     Slack {
         slack_ms: policy.deadline_ms - queue_term - service_p95 - policy.safety_ms,
@@ -191,6 +199,7 @@ mod tests {
             queue_age_recent: qa,
             queue_age_recent_ms: 2_000,
             service,
+            service_recent: service,
             completions: Completions::default(),
             queue_depth: None,
             kv_cache_usage: None,

@@ -41,6 +41,7 @@ fn estimate(class: &str, queue_age_p95: f64, service_p95: f64) -> ClassEstimate 
         queue_age_recent: dist(queue_age_p95),
         queue_age_recent_ms: 2_000,
         service: dist(service_p95),
+        service_recent: dist(service_p95),
         completions: Completions::default(),
         queue_depth: None,
         kv_cache_usage: None,
@@ -236,6 +237,7 @@ fn priors_and_predicted_waits_show_in_the_reason() {
     let mut c = three_classes();
     let mut e = estimate("interactive", 100.0, 1_800.0);
     e.service.source = Source::Prior;
+    e.service_recent.source = Source::Prior;
     e.queue_depth = Some(Gauge { value: 30, age_ms: 50 });
     e.drain_rate_per_s = Some(10.0);
     let est = BTreeMap::from([("interactive".to_string(), e)]);
