@@ -198,7 +198,12 @@ impl SampleInbox {
     /// Takes every pending sample, as observations per class (sorted by class
     /// name). The inbox is empty afterwards.
     pub fn drain(&self) -> Vec<ClassObservations> {
-        let pending = std::mem::take(&mut self.lock().pending);
+        let pending = {
+            let mut state = self.lock();
+            // Leave room for as many as last time: the steady state allocates nothing.
+            let room = state.pending.len();
+            std::mem::replace(&mut state.pending, Vec::with_capacity(room))
+        };
         to_observations(&pending)
     }
 
