@@ -171,7 +171,7 @@ mod tests {
 
     #[test]
     fn ipv6_mark_touches_only_the_dscp_bits() {
-        let first = 0x6_ab_12345u32; // version 6, traffic class 0xab, flow 0x12345
+        let first = (6u32 << 28) | (0xab << 20) | 0x12345; // version 6, traffic class 0xab, flow 0x12345
         let marked = mark_ipv6(first, 10);
         assert_eq!(marked >> 28, 6);
         assert_eq!(marked & 0xfffff, 0x12345);

@@ -66,7 +66,7 @@ fn main() -> anyhow::Result<()> {
                     class: format!("c{}", i % CLASSES),
                     queue_age_ms: (k * 7.3) % 900.0,
                     service_ms: 80.0 + (k * 13.7) % 1700.0,
-                    late_by_ms: ((k as u64) % 17 == 0).then_some(120.0),
+                    late_by_ms: (k as u64).is_multiple_of(17).then_some(120.0),
                 }
             })
             .collect()
