@@ -160,6 +160,8 @@ pub struct AdaptiveSpec {
 pub struct ControlSetup {
     pub estimators: Estimators,
     pub controller: Controller,
+    /// What `estimators` was built from, for reconfiguring a running one.
+    pub priors: BTreeMap<String, ClassPrior>,
     pub scrapes: Vec<ScrapeTarget>,
     pub scrape_interval_ms: u64,
 }
@@ -300,7 +302,7 @@ impl Config {
                 .map_err(|e| ConfigError { field: format!("class[{i}]"), message: e.to_string() })?;
             policies.insert(class.name.clone(), policy);
         }
-        let estimators = Estimators::new(self.estimator.clone(), priors)
+        let estimators = Estimators::new(self.estimator.clone(), priors.clone())
             .map_err(|e| ConfigError { field: "estimator".into(), message: e.to_string() })?;
         let controller = Controller::new(self.control.clone(), policies)
             .map_err(|e| ConfigError { field: "control".into(), message: e.to_string() })?;
@@ -318,6 +320,7 @@ impl Config {
         Ok(ControlSetup {
             estimators,
             controller,
+            priors,
             scrapes: self.scrapes.clone(),
             scrape_interval_ms: self.scrape_interval_ms,
         })

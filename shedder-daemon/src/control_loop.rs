@@ -78,6 +78,25 @@ impl ControlLoop {
         &self.decisions
     }
 
+    /// Switches to a new configuration, which [`crate::config::Config::plan`]
+    /// and [`crate::config::Config::control`] have validated (so the
+    /// reconfigurations below cannot refuse it): the estimators and the
+    /// controller are reconfigured in place, so classes that stay keep what
+    /// they learnt, and the maps take the new plan.
+    pub fn reconfigure(&mut self, plan: Plan, setup: ControlSetup) -> anyhow::Result<()> {
+        self.controller.reconfigure(setup.controller.params().clone(), setup.controller.policies().clone())?;
+        self.estimators.reconfigure(setup.estimators.params().clone(), setup.priors)?;
+        self.plan = plan;
+        self.inbox.set_classes(self.plan.class_names.iter().cloned());
+        // Rates the controller keeps override the new plan's starting rates.
+        self.publish_rates()
+    }
+
+    /// The plan the maps hold, the controller's rates included.
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
     /// Feeds observations that arrived outside the inbox (scrapes).
     pub fn observe(&mut self, now: Duration, batches: &[ClassObservations]) {
         for batch in batches {
@@ -120,10 +139,15 @@ impl ControlLoop {
             let Some(rate) = self.controller.rate(name) else { continue };
             let class = &mut self.plan.classes[slot];
             let old = class.bucket;
-            class.bucket = BucketParams::new((rate * 1000.0).round() as u64, old.burst_milli, old.cost_milli);
+            class.bucket = BucketParams::new(milli(rate), old.burst_milli, old.cost_milli);
         }
         self.datapath.apply(&self.plan)
     }
+}
+
+/// A controller rate (tokens/s) in the datapath's fixed point.
+fn milli(rate: f64) -> u64 {
+    (rate * 1000.0).round() as u64
 }
 
 /// Admitted connections per second per class, from counter snapshots.

@@ -7,6 +7,7 @@
 //! * [`estimate`]: per-class sliding-window quantiles of queue age and service time.
 //! * [`control`]: deadline slack, the budget law and the GPU gate.
 //! * [`control_loop`]: the per-tick work that ties them to the datapath.
+//! * [`daemon`]: the running daemon's state and the handle other tasks reach it by.
 //! * [`admit`]: job-level admission for servers that want a per-request answer.
 //! * [`report`]: the periodic counters log.
 //! * [`clock`]: the clock the fast path's buckets run on.
@@ -16,6 +17,7 @@ pub mod clock;
 pub mod config;
 pub mod control;
 pub mod control_loop;
+pub mod daemon;
 pub mod datapath;
 pub mod estimate;
 pub mod report;

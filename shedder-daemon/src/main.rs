@@ -1,19 +1,14 @@
 //! `shedder`: the daemon binary. Argument parsing and the run loop only; the
 //! mechanisms live in the library.
 
-use std::{
-    io::IsTerminal,
-    path::PathBuf,
-    sync::Arc,
-    time::{Duration, Instant},
-};
+use std::{io::IsTerminal, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use shedder_daemon::{
-    clock::monotonic_ns,
-    config::{Config, ControlSetup, Plan},
+    config::{Config, ControlSetup},
     control_loop::ControlLoop,
+    daemon::{Daemon, DaemonHandle},
     datapath::{AttachKind, Datapath},
     report,
     telemetry::{ClassObservations, gpu::open_gpu_source, scrape::Scraper},
@@ -82,14 +77,15 @@ fn main() -> anyhow::Result<()> {
         }
         Command::Run { iface, attach, config, report_every } => {
             // Validate everything before touching the kernel: a bad file attaches nothing.
-            let config = load_config(config.as_ref())?;
-            let plan = config.plan().context("invalid config; nothing was attached")?;
-            let setup = config.control().context("invalid config; nothing was attached")?;
+            let config_path = config;
+            let config = load_config(config_path.as_ref())?;
+            config.plan().context("invalid config; nothing was attached")?;
+            config.control().context("invalid config; nothing was attached")?;
             tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(
                 &iface,
                 attach,
-                plan,
-                setup,
+                config,
+                config_path,
                 Duration::from_secs_f64(report_every),
             ))
         }
@@ -99,10 +95,12 @@ fn main() -> anyhow::Result<()> {
 async fn run(
     iface: &str,
     attach: AttachKind,
-    plan: Plan,
-    setup: ControlSetup,
+    config: Config,
+    config_path: Option<PathBuf>,
     report_every: Duration,
 ) -> anyhow::Result<()> {
+    let plan = config.plan().context("invalid config; nothing was attached")?;
+    let setup = config.control().context("invalid config; nothing was attached")?;
     // Signal handlers first: from the moment the program is attached, a
     // SIGINT or SIGTERM must detach it, never kill the daemon outright.
     let mut sigint = signal(SignalKind::interrupt())?;
@@ -116,9 +114,11 @@ async fn run(
     let tick_every = Duration::from_millis(setup.controller.params().tick_ms);
     let (scraped_tx, mut scraped) = tokio::sync::mpsc::channel(16);
     spawn_scrapers(&setup, scraped_tx);
-    let mut control = ControlLoop::new(datapath, plan, setup, open_gpu_source());
+    let control = ControlLoop::new(datapath, plan, setup, open_gpu_source());
+    let mut daemon = Daemon::new(control, config, config_path, iface.to_string(), attachment);
+    // Other tasks (the control socket, metrics) reach the daemon through this.
+    let (_handle, mut jobs) = DaemonHandle::channel(256);
 
-    let started = Instant::now();
     let mut report = tokio::time::interval(report_every);
     let mut tick = tokio::time::interval(tick_every);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -127,18 +127,19 @@ async fn run(
         tokio::select! {
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
-            _ = report.tick() => log_counters(control.datapath()),
+            _ = report.tick() => log_counters(daemon.control().datapath()),
             _ = tick.tick() => {
-                if let Err(e) = control.tick(started.elapsed(), monotonic_ns()) {
+                if let Err(e) = daemon.tick() {
                     warn!("controller tick: {e:#}");
                 }
             }
-            Some(batches) = scraped.recv() => control.observe(started.elapsed(), &batches),
+            Some(batches) = scraped.recv() => daemon.observe(&batches),
+            Some(job) = jobs.recv() => job(&mut daemon),
         }
     }
     // The last word on what the fast path did, before it goes away.
-    log_counters(control.datapath());
-    drop(control);
+    log_counters(daemon.control().datapath());
+    drop(daemon);
     info!(iface, "detached; exiting");
     Ok(())
 }

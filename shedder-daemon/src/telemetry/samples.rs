@@ -17,7 +17,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     fmt,
-    sync::{Mutex, MutexGuard, PoisonError},
+    sync::{Mutex, MutexGuard, PoisonError, RwLock},
 };
 
 use serde::{Deserialize, Serialize};
@@ -115,8 +115,8 @@ pub const DEFAULT_MAX_PENDING: usize = 100_000;
 #[derive(Debug)]
 pub struct SampleInbox {
     state: Mutex<InboxState>,
-    /// When set, only these classes are accepted.
-    classes: Option<BTreeSet<String>>,
+    /// When set, only these classes are accepted; a config reload replaces them.
+    classes: RwLock<Option<BTreeSet<String>>>,
     max_pending: usize,
 }
 
@@ -142,12 +142,12 @@ impl Default for SampleInbox {
 impl SampleInbox {
     /// An inbox that accepts any class name.
     pub fn new() -> Self {
-        Self { state: Mutex::default(), classes: None, max_pending: DEFAULT_MAX_PENDING }
+        Self { state: Mutex::default(), classes: RwLock::new(None), max_pending: DEFAULT_MAX_PENDING }
     }
 
     /// An inbox that rejects samples for classes not in `classes`.
     pub fn with_classes<S: Into<String>>(classes: impl IntoIterator<Item = S>) -> Self {
-        Self { classes: Some(classes.into_iter().map(Into::into).collect()), ..Self::new() }
+        Self { classes: RwLock::new(Some(classes.into_iter().map(Into::into).collect())), ..Self::new() }
     }
 
     /// Changes the most samples held between drains.
@@ -178,10 +178,16 @@ impl SampleInbox {
         Ok(accepted)
     }
 
+    /// Accepts these classes from now on (after a config reload).
+    pub fn set_classes<S: Into<String>>(&self, classes: impl IntoIterator<Item = S>) {
+        *self.classes.write().unwrap_or_else(|e| e.into_inner()) = Some(classes.into_iter().map(Into::into).collect());
+    }
+
     fn check(&self, batch: &[JobSample]) -> Result<(), SampleError> {
+        let classes = self.classes.read().unwrap_or_else(|e| e.into_inner());
         for (index, sample) in batch.iter().enumerate() {
             sample.validate().map_err(|error| error.at(index))?;
-            if let Some(classes) = &self.classes
+            if let Some(classes) = classes.as_ref()
                 && !classes.contains(&sample.class)
             {
                 let known = classes.iter().map(String::as_str).collect::<Vec<_>>().join(", ");
