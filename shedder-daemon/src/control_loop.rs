@@ -21,6 +21,7 @@ use crate::{
     control::{Controller, Decision, DecisionLog},
     datapath::Datapath,
     estimate::Estimators,
+    metrics::Distributions,
     telemetry::{ClassObservations, gpu::GpuSource, samples::SampleInbox},
 };
 
@@ -39,6 +40,7 @@ pub struct ControlLoop {
     gpu: Box<dyn GpuSource>,
     admitted: AdmittedRates,
     decisions: DecisionLog,
+    distributions: Distributions,
 }
 
 impl ControlLoop {
@@ -54,6 +56,7 @@ impl ControlLoop {
             gpu,
             admitted: AdmittedRates::default(),
             decisions: DecisionLog::new(DECISIONS_KEPT),
+            distributions: Distributions::default(),
         }
     }
 
@@ -78,6 +81,11 @@ impl ControlLoop {
         &self.decisions
     }
 
+    /// The metrics' distributions, fed from every observation.
+    pub fn distributions(&self) -> &Distributions {
+        &self.distributions
+    }
+
     /// Switches to a new configuration, which [`crate::config::Config::plan`]
     /// and [`crate::config::Config::control`] have validated (so the
     /// reconfigurations below cannot refuse it): the estimators and the
@@ -100,6 +108,7 @@ impl ControlLoop {
     /// Feeds observations that arrived outside the inbox (scrapes).
     pub fn observe(&mut self, now: Duration, batches: &[ClassObservations]) {
         for batch in batches {
+            self.distributions.observe(batch);
             if let Err(e) = self.estimators.observe(now, batch) {
                 warn!("dropping observations: {e}");
             }

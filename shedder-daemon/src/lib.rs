@@ -8,11 +8,14 @@
 //! * [`control`]: deadline slack, the budget law and the GPU gate.
 //! * [`control_loop`]: the per-tick work that ties them to the datapath.
 //! * [`daemon`]: the running daemon's state and the handle other tasks reach it by.
+//! * [`api`]: the JSON control socket and `shedder ctl`, its client.
 //! * [`admit`]: job-level admission for servers that want a per-request answer.
+//! * [`metrics`]: Prometheus distributions and the /metrics endpoint.
 //! * [`report`]: the periodic counters log.
 //! * [`clock`]: the clock the fast path's buckets run on.
 
 pub mod admit;
+pub mod api;
 pub mod clock;
 pub mod config;
 pub mod control;
@@ -20,5 +23,6 @@ pub mod control_loop;
 pub mod daemon;
 pub mod datapath;
 pub mod estimate;
+pub mod metrics;
 pub mod report;
 pub mod telemetry;

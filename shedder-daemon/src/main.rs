@@ -1,14 +1,19 @@
 //! `shedder`: the daemon binary. Argument parsing and the run loop only; the
 //! mechanisms live in the library.
 
-use std::{io::IsTerminal, path::PathBuf, sync::Arc, time::Duration};
+use std::{io::IsTerminal, net::SocketAddr, path::PathBuf, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
 use shedder_daemon::{
+    api::{
+        self,
+        server::{AccessPolicy, ControlSocket},
+    },
     config::{Config, ControlSetup},
     control_loop::ControlLoop,
     daemon::{Daemon, DaemonHandle},
+    metrics,
     datapath::{AttachKind, Datapath},
     report,
     telemetry::{ClassObservations, gpu::open_gpu_source, scrape::Scraper},
@@ -43,7 +48,24 @@ enum Command {
         /// Seconds between counter reports.
         #[arg(long, default_value_t = 5.0)]
         report_every: f64,
+        /// Where Prometheus scrapes `GET /metrics`.
+        #[arg(long, default_value = "127.0.0.1:9464")]
+        metrics_addr: SocketAddr,
+        /// The JSON control socket (mode 0600, or 0660 with --socket-group).
+        #[arg(long, default_value = api::DEFAULT_SOCKET)]
+        socket: PathBuf,
+        /// Group that may connect to the control socket (name or number).
+        #[arg(long)]
+        socket_group: Option<String>,
+        /// A uid besides root that may change the configuration.
+        #[arg(long)]
+        admin_uid: Option<u32>,
+        /// A gid that may change the configuration (the peer's primary group).
+        #[arg(long)]
+        admin_gid: Option<u32>,
     },
+    /// Talk to a running daemon through its control socket.
+    Ctl(api::ctl::CtlArgs),
     /// Validate a configuration file and print what it compiles to.
     CheckConfig {
         /// Configuration file (TOML); the embedded default when absent.
@@ -75,20 +97,43 @@ fn main() -> anyhow::Result<()> {
             println!("{:?}", plan.global);
             Ok(())
         }
-        Command::Run { iface, attach, config, report_every } => {
+        Command::Ctl(args) => std::process::exit(api::ctl::run(&args)),
+        Command::Run { iface, attach, config, report_every, metrics_addr, socket, socket_group, admin_uid, admin_gid } => {
             // Validate everything before touching the kernel: a bad file attaches nothing.
             let config_path = config;
             let config = load_config(config_path.as_ref())?;
             config.plan().context("invalid config; nothing was attached")?;
             config.control().context("invalid config; nothing was attached")?;
+            let group = socket_group.as_deref().map(resolve_group).transpose()?;
+            let control = ControlOptions { socket, group, access: AccessPolicy { admin_uid, admin_gid } };
             tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(
                 &iface,
                 attach,
                 config,
                 config_path,
                 Duration::from_secs_f64(report_every),
+                metrics_addr,
+                control,
             ))
         }
+    }
+}
+
+/// Where the control socket goes and who may use it.
+struct ControlOptions {
+    socket: PathBuf,
+    group: Option<u32>,
+    access: AccessPolicy,
+}
+
+/// A group name, or a number.
+fn resolve_group(name: &str) -> anyhow::Result<u32> {
+    if let Ok(gid) = name.parse() {
+        return Ok(gid);
+    }
+    match nix::unistd::Group::from_name(name).with_context(|| format!("looking up group {name}"))? {
+        Some(group) => Ok(group.gid.as_raw()),
+        None => anyhow::bail!("--socket-group: no group is named {name:?}"),
     }
 }
 
@@ -98,6 +143,8 @@ async fn run(
     config: Config,
     config_path: Option<PathBuf>,
     report_every: Duration,
+    metrics_addr: SocketAddr,
+    options: ControlOptions,
 ) -> anyhow::Result<()> {
     let plan = config.plan().context("invalid config; nothing was attached")?;
     let setup = config.control().context("invalid config; nothing was attached")?;
@@ -105,6 +152,10 @@ async fn run(
     // SIGINT or SIGTERM must detach it, never kill the daemon outright.
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
+    // Bound before attaching: a busy port fails the start, not a scrape later.
+    let metrics_listener = metrics::bind(metrics_addr).await?;
+    // The control socket too: a path we cannot bind attaches nothing.
+    let mut socket = ControlSocket::bind(&options.socket, options.group)?;
     let mut datapath = Datapath::load()?;
     forward_ebpf_logs(&mut datapath);
     datapath.apply(&plan).context("writing the config into the maps")?;
@@ -117,7 +168,10 @@ async fn run(
     let control = ControlLoop::new(datapath, plan, setup, open_gpu_source());
     let mut daemon = Daemon::new(control, config, config_path, iface.to_string(), attachment);
     // Other tasks (the control socket, metrics) reach the daemon through this.
-    let (_handle, mut jobs) = DaemonHandle::channel(256);
+    let (handle, mut jobs) = DaemonHandle::channel(256);
+    let server = socket.serve(handle.clone(), options.access);
+    tokio::spawn(metrics::serve(metrics_listener, handle.clone()));
+    info!(addr = %metrics_addr, "serving /metrics");
 
     let mut report = tokio::time::interval(report_every);
     let mut tick = tokio::time::interval(tick_every);
@@ -137,6 +191,9 @@ async fn run(
             Some(job) = jobs.recv() => job(&mut daemon),
         }
     }
+    // No more requests; the socket file goes with `socket`.
+    server.abort();
+    drop(socket);
     // The last word on what the fast path did, before it goes away.
     log_counters(daemon.control().datapath());
     drop(daemon);

@@ -1,0 +1,312 @@
+//! What each operation does. [`handle`] runs on the owner task with the
+//! daemon: one request, one call, so a change is made whole or not at all
+//! (and every configuration change goes through
+//! [`Daemon::replace_config`], which validates before it touches anything).
+
+use rand::SeedableRng as _;
+use serde_json::{Value, json};
+use shedder_common::{classify::Mode, maps::Action};
+
+use super::protocol::{
+    Admit, ApiError, DEFAULT_MAX_QUEUE_AGE_MS, ErrorCode, PROTOCOL_VERSION, Request, SetClass, SetMode, ok,
+};
+use crate::{
+    admit::{AdmitPolicy, AdmitRequest, QueueAge, admit},
+    config::{Config, Plan},
+    daemon::{ChangeError, Daemon},
+    telemetry::samples::SampleError,
+};
+
+/// Most decisions one `decisions` answer carries.
+pub const MAX_DECISIONS: usize = 1024;
+
+/// Answers one request (already allowed) with the daemon in hand.
+pub fn handle(daemon: &mut Daemon, request: Request) -> Result<Value, ApiError> {
+    match request {
+        Request::Status(_) => status(daemon),
+        Request::GetConfig(_) => Ok(ok(json!({
+            "config_version": daemon.config_version(),
+            "config": serde_json::to_value(daemon.config()).map_err(internal)?,
+        }))),
+        Request::SetClass(patch) => {
+            let config = set_class(daemon.config(), &patch)?;
+            replace(daemon, config)
+        }
+        Request::SetMode(SetMode { mode, class }) => {
+            let mut config = daemon.config().clone();
+            match class {
+                None => {
+                    config.mode = mode
+                        .mode()
+                        .ok_or_else(|| ApiError::new(ErrorCode::BadRequest, "\"inherit\" is only for a class's mode"))?
+                }
+                Some(name) => find_class(&mut config, &name)?.mode = mode.mode(),
+            }
+            replace(daemon, config)
+        }
+        Request::SetRules(set) => {
+            let mut config = daemon.config().clone();
+            config.rules = set.rules;
+            replace(daemon, config)
+        }
+        Request::Reload(_) => daemon.reload().map(version_answer).map_err(change_error),
+        Request::Sample(sample) => match daemon.control().inbox().push(sample.samples) {
+            Ok(accepted) => Ok(ok(json!({"accepted": accepted}))),
+            Err(e @ SampleError::Field { .. }) => Err(ApiError::new(ErrorCode::BadRequest, e.to_string())),
+            Err(e @ SampleError::Full { .. }) => Err(ApiError::new(ErrorCode::Unavailable, e.to_string())),
+        },
+        Request::Admit(request) => admit_op(daemon, &request),
+        Request::Decisions(d) => {
+            let n = d.n.min(MAX_DECISIONS);
+            let decisions: Vec<_> = daemon.control().decisions().last(n).collect();
+            Ok(ok(json!({"decisions": serde_json::to_value(decisions).map_err(internal)?})))
+        }
+        Request::Version(_) => Ok(ok(json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "protocol": PROTOCOL_VERSION,
+            "config_version": daemon.config_version(),
+        }))),
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> ApiError {
+    ApiError::new(ErrorCode::Internal, e.to_string())
+}
+
+fn version_answer(config_version: u64) -> Value {
+    ok(json!({"config_version": config_version}))
+}
+
+fn change_error(e: ChangeError) -> ApiError {
+    let code = match &e {
+        ChangeError::Invalid(_) => ErrorCode::InvalidConfig,
+        ChangeError::Unavailable(_) => ErrorCode::Unavailable,
+        ChangeError::Apply(_) => ErrorCode::Internal,
+    };
+    ApiError::new(code, format!("{e}; nothing changed"))
+}
+
+fn replace(daemon: &mut Daemon, config: Config) -> Result<Value, ApiError> {
+    daemon.replace_config(config).map(version_answer).map_err(change_error)
+}
+
+fn find_class<'a>(config: &'a mut Config, name: &str) -> Result<&'a mut crate::config::ClassSpec, ApiError> {
+    let known = config.classes.iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(", ");
+    config.classes.iter_mut().find(|c| c.name == name).ok_or_else(|| {
+        ApiError::new(ErrorCode::InvalidConfig, format!("no class is named {name:?} (classes: {known})"))
+    })
+}
+
+/// `config` with the patch applied to one class (not yet validated).
+pub fn set_class(config: &Config, patch: &SetClass) -> Result<Config, ApiError> {
+    let mut config = config.clone();
+    let class = find_class(&mut config, &patch.class)?;
+    if let Some(rate) = patch.rate {
+        class.rate = rate;
+    }
+    if let Some(burst) = patch.burst {
+        class.burst = burst;
+    }
+    if let Some(cost) = patch.cost {
+        class.cost = cost;
+    }
+    if let Some(action) = patch.action {
+        class.action = action;
+    }
+    if let Some(dscp) = patch.mark_dscp {
+        class.mark_dscp = dscp;
+    }
+    if let Some(mode) = patch.mode {
+        class.mode = mode;
+    }
+    if let Some(deadline) = patch.deadline_ms {
+        class.deadline_ms = deadline;
+    }
+    if let Some(safety) = patch.safety_ms {
+        class.safety_ms = safety;
+    }
+    if let Some(adaptive) = &patch.adaptive {
+        class.adaptive = adaptive.clone();
+    }
+    if let Some(opportunistic) = patch.opportunistic {
+        class.opportunistic = opportunistic;
+    }
+    Ok(config)
+}
+
+fn admit_op(daemon: &Daemon, request: &Admit) -> Result<Value, ApiError> {
+    let bad = |m: String| ApiError::new(ErrorCode::BadRequest, m);
+    let Some(spec) = daemon.config().classes.iter().find(|c| c.name == request.class) else {
+        return Err(bad(format!("admit: no class is named {:?}", request.class)));
+    };
+    let queue_age = match (request.queue_age_ms, request.queued_at_ms) {
+        (Some(age), None) => QueueAge::AgeMs(age),
+        (None, Some(at)) => QueueAge::QueuedAtMs(at),
+        _ => return Err(bad("admit: give exactly one of queue_age_ms and queued_at_ms".into())),
+    };
+    for (name, v) in [
+        ("deadline_ms", Some(request.deadline_ms)),
+        ("now_ms", Some(request.now_ms)),
+        ("queue_age_ms", request.queue_age_ms),
+        ("queued_at_ms", request.queued_at_ms),
+    ] {
+        if let Some(v) = v
+            && !v.is_finite()
+        {
+            return Err(bad(format!("admit.{name}: {v} is not a finite number")));
+        }
+    }
+    let policy = request.policy.clone().unwrap_or_else(|| AdmitPolicy {
+        safety_ms: spec.safety_ms.unwrap_or(250.0),
+        ..AdmitPolicy::with_max_queue_age(DEFAULT_MAX_QUEUE_AGE_MS)
+    });
+    policy.validate().map_err(bad)?;
+    let estimate =
+        daemon.control().estimators().estimate(&request.class, daemon.now()).ok_or_else(|| {
+            ApiError::new(ErrorCode::Unavailable, format!("no estimate for class {:?}", request.class))
+        })?;
+    let service = estimate.service;
+    let admit_request = AdmitRequest {
+        deadline_ms: request.deadline_ms,
+        queue_age,
+        now_ms: request.now_ms,
+        service_p95_ms: service.quantiles.p95,
+    };
+    let decision = admit(&admit_request, &policy, &mut rand::rngs::SmallRng::from_rng(&mut rand::rng()));
+    Ok(ok(json!({
+        "verdict": decision.verdict,
+        "slack_ms": finite(decision.slack_ms),
+        "queue_age_ms": finite(decision.queue_age_ms),
+        "retry_after_ms": decision.retry_after_ms,
+        "retry_after_s": decision.retry_after_secs(),
+        "service_p95_ms": finite(service.quantiles.p95),
+        "service_source": service.source,
+        "estimator_version": estimate.estimator_version,
+    })))
+}
+
+/// `NotSyn` -> `not_syn`.
+fn snake(name: &str) -> String {
+    let mut out = String::new();
+    for (i, ch) in name.chars().enumerate() {
+        if ch.is_ascii_uppercase() && i > 0 {
+            out.push('_');
+        }
+        out.push(ch.to_ascii_lowercase());
+    }
+    out
+}
+
+/// JSON has no NaN: report it as null.
+fn finite(v: f64) -> Value {
+    if v.is_finite() { json!(v) } else { Value::Null }
+}
+
+fn mode_name(mode: u8) -> &'static str {
+    match Mode::from_u8(mode) {
+        Some(Mode::Off) => "off",
+        Some(Mode::Observe) => "observe",
+        Some(Mode::Enforce) => "enforce",
+        None => "inherit",
+    }
+}
+
+fn action_name(action: u8) -> &'static str {
+    match action {
+        a if a == Action::Drop as u8 => "drop",
+        a if a == Action::Reject as u8 => "reject",
+        a if a == Action::Mark as u8 => "mark",
+        _ => "?",
+    }
+}
+
+/// What the maps were last written with, as JSON: compare two of these to
+/// see whether anything changed.
+pub fn plan_json(plan: &Plan) -> Value {
+    let classes: Vec<Value> = plan
+        .class_names
+        .iter()
+        .zip(&plan.classes)
+        .map(|(name, c)| {
+            json!({
+                "name": name,
+                "rate_milli": c.bucket.rate_milli,
+                "burst_milli": c.bucket.burst_milli,
+                "cost_milli": c.bucket.cost_milli,
+                "mode": mode_name(c.mode),
+                "action": action_name(c.action),
+                "mark_dscp": c.mark_dscp,
+            })
+        })
+        .collect();
+    let target = |t: &shedder_common::classify::RuleTarget| json!(t);
+    json!({
+        "mode": mode_name(plan.global.mode),
+        "default_class": plan.global.default_class,
+        "rules_present": plan.global.rules_present,
+        "classes": classes,
+        "src_v4": plan.src_v4.iter().map(|((len, a), t)| json!([format!("{}/{len}", std::net::Ipv4Addr::from(*a)), target(t)])).collect::<Vec<_>>(),
+        "src_v6": plan.src_v6.iter().map(|((len, a), t)| json!([format!("{}/{len}", std::net::Ipv6Addr::from(*a)), target(t)])).collect::<Vec<_>>(),
+        "dst_ports": plan.dst_ports.iter().map(|(p, t)| json!([p, target(t)])).collect::<Vec<_>>(),
+        "dscp": plan.dscp.iter().map(|(d, t)| json!([d, target(t)])).collect::<Vec<_>>(),
+    })
+}
+
+fn status(daemon: &Daemon) -> Result<Value, ApiError> {
+    let control = daemon.control();
+    let datapath = control.datapath();
+    let snapshots = datapath.class_snapshots().map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?;
+    let now = daemon.now();
+    let slacks = control.controller().last_slacks();
+    let classes: Vec<Value> = snapshots
+        .iter()
+        .map(|s| {
+            let spec = daemon.config().classes.iter().find(|c| c.name == s.name);
+            let estimate = control.estimators().estimate(&s.name, now);
+            let c = &s.counters;
+            json!({
+                "name": s.name,
+                "mode": spec.and_then(|c| c.mode).unwrap_or(daemon.config().mode),
+                "action": spec.map(|c| c.action),
+                "rate": s.bucket.rate_milli as f64 / 1000.0,
+                "burst": s.bucket.burst_milli as f64 / 1000.0,
+                "cost": s.bucket.cost_milli as f64 / 1000.0,
+                "tokens": s.available_milli as f64 / 1000.0,
+                "controlled": control.controller().rate(&s.name).is_some(),
+                "counters": {
+                    "seen": c.seen,
+                    "admitted": c.admitted,
+                    "dropped": c.dropped,
+                    "rejected": c.rejected,
+                    "marked": c.marked,
+                    "would_shed": c.would_shed,
+                },
+                "slack": slacks.get(&s.name),
+                "queue_age_p95_ms": estimate.as_ref().map(|e| finite(e.queue_age.quantiles.p95)),
+                "service_p95_ms": estimate.as_ref().map(|e| finite(e.service.quantiles.p95)),
+                "estimate_source": estimate.as_ref().map(|e| json!({"queue_age": e.queue_age.source, "service": e.service.source})),
+            })
+        })
+        .collect();
+    let passed: serde_json::Map<String, Value> = datapath
+        .pass_counters()
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?
+        .into_iter()
+        .map(|(reason, n)| (snake(&format!("{reason:?}")), json!(n)))
+        .collect();
+    let inbox = control.inbox().stats();
+    Ok(ok(json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "mode": daemon.config().mode,
+        "config_version": daemon.config_version(),
+        "estimator_version": control.estimators().version(),
+        "uptime_s": daemon.uptime().as_secs_f64(),
+        "iface": daemon.iface(),
+        "attachment": daemon.attachment().to_string(),
+        "gpu": control.controller().last_gpu(),
+        "classes": classes,
+        "passed": passed,
+        "samples": {"accepted": inbox.accepted_samples, "rejected_batches": inbox.rejected_batches, "pending": control.inbox().pending()},
+        "maps": control.datapath().applied().map(plan_json),
+    })))
+}

@@ -1,0 +1,265 @@
+//! Prometheus metrics: what the fast path counted and what the control plane
+//! saw, served on `GET /metrics` (default 127.0.0.1:9464).
+//!
+//! Labels are bounded by configuration: a class name, a pass reason, an
+//! admission verdict. Job ids never become labels; jobs become distributions.
+//!
+//! * [`Distributions`] are fed as observations arrive (pushed or scraped) and
+//!   as job-level admissions are answered.
+//! * Everything else (map counters, budgets, GPU gauges, versions) is read
+//!   when scraped, by a job on the daemon's owner task ([`crate::daemon`]),
+//!   so a scrape sees one consistent moment.
+
+use std::net::SocketAddr;
+
+use anyhow::Context as _;
+use http_body_util::Full;
+use hyper::{Request, Response, StatusCode, body::Bytes, server::conn::http1, service::service_fn};
+use hyper_util::rt::TokioIo;
+use prometheus_client::{
+    encoding::{EncodeLabelSet, text::encode},
+    metrics::{
+        counter::Counter,
+        family::Family,
+        gauge::Gauge,
+        histogram::{Histogram, exponential_buckets},
+    },
+    registry::Registry,
+};
+use std::sync::atomic::AtomicU64;
+use tracing::warn;
+
+use crate::{
+    daemon::{Daemon, DaemonHandle},
+    telemetry::{ClassObservations, Observation},
+};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ClassLabel {
+    class: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerdictLabel {
+    class: String,
+    verdict: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct OutcomeLabel {
+    class: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabel {
+    reason: &'static str,
+}
+
+type Histograms = Family<ClassLabel, Histogram, fn() -> Histogram>;
+
+/// Seconds from 5 ms to about 80 s, doubling: queue ages, service times and
+/// lateness of inference jobs all fall in there.
+fn seconds_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+}
+
+/// Slack spans negative values too: symmetric buckets around zero, seconds.
+fn slack_histogram() -> Histogram {
+    let positive: Vec<f64> = exponential_buckets(0.01, 2.0, 13).collect();
+    let mut buckets: Vec<f64> = positive.iter().rev().map(|b| -b).collect();
+    buckets.push(0.0);
+    buckets.extend(positive);
+    Histogram::new(buckets)
+}
+
+/// Distributions fed as they happen. Cloning shares the underlying metrics.
+#[derive(Clone)]
+pub struct Distributions {
+    queue_age: Histograms,
+    service: Histograms,
+    lateness: Histograms,
+    completions: Family<OutcomeLabel, Counter>,
+    slack_at_admission: Histograms,
+    admissions: Family<VerdictLabel, Counter>,
+}
+
+impl Default for Distributions {
+    fn default() -> Self {
+        Self {
+            queue_age: Family::new_with_constructor(seconds_histogram),
+            service: Family::new_with_constructor(seconds_histogram),
+            lateness: Family::new_with_constructor(seconds_histogram),
+            completions: Family::default(),
+            slack_at_admission: Family::new_with_constructor(slack_histogram),
+            admissions: Family::default(),
+        }
+    }
+}
+
+impl Distributions {
+    /// Records one batch of observations into the per-class distributions.
+    pub fn observe(&self, batch: &ClassObservations) {
+        let class = ClassLabel { class: batch.class.clone() };
+        for observation in &batch.observations {
+            match observation {
+                Observation::QueueAge { ms, count } => observe_n(&self.queue_age, &class, *ms, *count),
+                Observation::Service { ms, count } => observe_n(&self.service, &class, *ms, *count),
+                Observation::Completion { late_by_ms, count } => {
+                    let outcome = if late_by_ms.is_some() { "late" } else { "on_time" };
+                    self.completions.get_or_create(&OutcomeLabel { class: batch.class.clone(), outcome }).inc_by(*count);
+                    if let Some(late) = late_by_ms {
+                        observe_n(&self.lateness, &class, *late, *count);
+                    }
+                }
+                Observation::QueueDepth(_) | Observation::KvCacheUsage(_) => {}
+            }
+        }
+    }
+
+    /// Records a job-level admission answer (`admit`): its slack and verdict.
+    pub fn observe_admission(&self, class: &str, slack_ms: f64, verdict: &str) {
+        self.slack_at_admission.get_or_create(&ClassLabel { class: class.into() }).observe(slack_ms / 1000.0);
+        self.admissions.get_or_create(&VerdictLabel { class: class.into(), verdict: verdict.into() }).inc();
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        registry.register("shedder_queue_age_seconds", "Time jobs waited before a worker took them", self.queue_age.clone());
+        registry.register("shedder_service_seconds", "Time workers spent on jobs", self.service.clone());
+        registry.register("shedder_completion_lateness_seconds", "How late late jobs completed", self.lateness.clone());
+        registry.register("shedder_completions", "Jobs completed, on time or late", self.completions.clone());
+        registry.register(
+            "shedder_slack_at_admission_seconds",
+            "Deadline slack of job-level admission requests",
+            self.slack_at_admission.clone(),
+        );
+        registry.register(
+            "shedder_job_admissions",
+            "Job-level admission answers by verdict (admit, reject_deadline, reject_stale)",
+            self.admissions.clone(),
+        );
+    }
+}
+
+/// A histogram bucket from a scrape stands for `count` jobs at one value.
+fn observe_n(family: &Histograms, class: &ClassLabel, ms: f64, count: u64) {
+    let histogram = family.get_or_create(class);
+    for _ in 0..count.min(10_000) {
+        histogram.observe(ms / 1000.0);
+    }
+}
+
+fn float_gauge() -> Gauge<f64, AtomicU64> {
+    Gauge::default()
+}
+
+/// The whole exposition, read from the daemon at one moment.
+pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
+    let control = daemon.control();
+    let mut registry = Registry::default();
+    control.distributions().register(&mut registry);
+
+    let outcomes = Family::<OutcomeLabel, Counter>::default();
+    let seen = Family::<ClassLabel, Counter>::default();
+    let rate = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
+    let tokens = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
+    let slack = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
+    for snapshot in control.datapath().class_snapshots()? {
+        let class = ClassLabel { class: snapshot.name.clone() };
+        let c = snapshot.counters;
+        seen.get_or_create(&class).inc_by(c.seen);
+        for (outcome, n) in [
+            ("admitted", c.admitted),
+            ("dropped", c.dropped),
+            ("rejected", c.rejected),
+            ("marked", c.marked),
+            ("would_shed", c.would_shed),
+        ] {
+            outcomes.get_or_create(&OutcomeLabel { class: snapshot.name.clone(), outcome }).inc_by(n);
+        }
+        rate.get_or_create(&class).set(snapshot.bucket.rate_milli as f64 / 1000.0);
+        tokens.get_or_create(&class).set(snapshot.available_milli as f64 / 1000.0);
+        if let Some(s) = control.controller().last_slacks().get(&snapshot.name) {
+            slack.get_or_create(&class).set(s.slack_ms / 1000.0);
+        }
+    }
+    registry.register("shedder_syns_seen", "New connections (bare SYNs) classified into each class", seen);
+    registry.register("shedder_syns", "New connections by class and outcome, from the fast path's counters", outcomes);
+    registry.register("shedder_budget_rate", "Each class's budget: new connections (tokens) per second", rate);
+    registry.register("shedder_budget_tokens", "Tokens left in each class's bucket", tokens);
+    registry.register("shedder_slack_seconds", "Deadline slack per controlled class at the last tick", slack);
+
+    let passed = Family::<ReasonLabel, Counter>::default();
+    for (reason, n) in control.datapath().pass_counters()? {
+        passed.get_or_create(&ReasonLabel { reason: reason.name() }).inc_by(n);
+    }
+    registry.register("shedder_packets_uncharged", "Packets passed without being charged, by reason", passed);
+
+    let gpu = control.controller().last_gpu();
+    let (util, memory) = (float_gauge(), float_gauge());
+    if let Some(g) = gpu {
+        util.set(g.max_utilization_pct.map_or(f64::NAN, |u| u as f64 / 100.0));
+        memory.set(g.max_memory_fraction.unwrap_or(f64::NAN));
+    } else {
+        util.set(f64::NAN);
+        memory.set(f64::NAN);
+    }
+    registry.register("shedder_gpu_utilization_ratio", "Busiest GPU's utilisation, 0..1 (NaN without NVML)", util);
+    registry.register("shedder_gpu_memory_used_ratio", "Fullest GPU's memory used, 0..1 (NaN without NVML)", memory);
+
+    let (estimator, config) = (Gauge::<i64>::default(), Gauge::<i64>::default());
+    estimator.set(control.estimators().version() as i64);
+    config.set(daemon.config_version() as i64);
+    registry.register("shedder_estimator_version", "Version of the estimators' parameters", estimator);
+    registry.register("shedder_config_version", "Version of the configuration in force", config);
+
+    let mut text = String::new();
+    encode(&mut text, &registry).context("encoding metrics")?;
+    Ok(text)
+}
+
+/// Serves `GET /metrics` on `listener` until the daemon goes away.
+pub async fn serve(listener: tokio::net::TcpListener, daemon: DaemonHandle) {
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                warn!("metrics: accept: {e}");
+                continue;
+            }
+        };
+        let daemon = daemon.clone();
+        tokio::spawn(async move {
+            let service = service_fn(move |request: Request<hyper::body::Incoming>| {
+                let daemon = daemon.clone();
+                async move { Ok::<_, std::convert::Infallible>(respond(&daemon, request.uri().path()).await) }
+            });
+            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
+                warn!("metrics: connection: {e}");
+            }
+        });
+    }
+}
+
+async fn respond(daemon: &DaemonHandle, path: &str) -> Response<Full<Bytes>> {
+    let reply = |status, content_type, body: String| {
+        Response::builder()
+            .status(status)
+            .header("content-type", content_type)
+            .body(Full::new(Bytes::from(body)))
+            .expect("a valid response")
+    };
+    if path != "/metrics" {
+        return reply(StatusCode::NOT_FOUND, "text/plain", "try /metrics\n".into());
+    }
+    match daemon.call(|d| render(d)).await {
+        Ok(Ok(text)) => reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", text),
+        Ok(Err(e)) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("{e:#}\n")),
+        Err(gone) => reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("{gone}\n")),
+    }
+}
+
+/// Binds the metrics endpoint (fails early on a bad or busy address).
+pub async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding the metrics endpoint {addr}"))
+}

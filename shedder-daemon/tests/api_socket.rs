@@ -1,0 +1,417 @@
+//! The control socket against the real daemon, in a throwaway netns: every op
+//! with good and bad input, a connection that survives bad lines, 200
+//! concurrent clients, an unprivileged client refused, and atomicity (an
+//! invalid change leaves the maps' plan, the config and its version as they
+//! were). `shedder ctl` is run as a user would, for its output and exit codes.
+
+use serde_json::{Value, json};
+use std::{
+    io::{BufRead, BufReader, Write},
+    os::unix::net::UnixStream,
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+const CONFIG: &str = r#"
+mode = "observe"
+default_class = "web"
+
+[[class]]
+name = "web"
+rate = 100
+burst = 10
+action = "reject"
+
+[[class]]
+name = "batch"
+rate = 5
+burst = 5
+action = "drop"
+
+[[class]]
+name = "chat"
+rate = 20
+burst = 4
+action = "mark"
+mark_dscp = 10
+deadline_ms = 2000
+
+[[rule]]
+class = "batch"
+dst_port = 8001
+"#;
+
+/// A netns with a veth, the daemon on it, and a private socket directory.
+struct Bed {
+    ns: String,
+    dir: PathBuf,
+    child: std::process::Child,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().expect("ip (iproute2) runs");
+    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+}
+
+impl Bed {
+    fn start(tag: &str) -> Self {
+        let ns = format!("shapi{tag}{}", std::process::id());
+        ip(&["netns", "add", &ns]);
+        ip(&["-n", &ns, "link", "set", "lo", "up"]);
+        ip(&["-n", &ns, "link", "add", "veth-in", "type", "veth", "peer", "name", "veth-out"]);
+        ip(&["-n", &ns, "link", "set", "veth-in", "up"]);
+        ip(&["-n", &ns, "link", "set", "veth-out", "up"]);
+        let dir = std::env::temp_dir().join(format!("shedder-api-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("shedder.toml"), CONFIG).unwrap();
+        // Let `nobody` reach the socket's directory.
+        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let socket = dir.join("control.sock");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_shedder"), "run", "--iface", "veth-in"])
+            .args(["--report-every", "60", "--socket-group", "nogroup", "--config"])
+            .arg(dir.join("shedder.toml"))
+            .arg("--socket")
+            .arg(&socket)
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let bed = Bed { ns, dir, child };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while UnixStream::connect(bed.socket()).is_err() {
+            assert!(Instant::now() < deadline, "the control socket never came up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        bed
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.dir.join("control.sock")
+    }
+
+    fn connect(&self) -> Client {
+        Client::new(&self.socket())
+    }
+
+    /// `shedder ctl` (as `user`, when given): exit code, stdout, stderr.
+    fn ctl(&self, user: Option<&str>, args: &[&str]) -> (i32, String, String) {
+        let mut cmd = match user {
+            Some(user) => {
+                let mut c = Command::new("setpriv");
+                c.args(["--reuid", user, "--regid", "nogroup", "--clear-groups", env!("CARGO_BIN_EXE_shedder")]);
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_shedder")),
+        };
+        let out = cmd.arg("ctl").arg("--socket").arg(self.socket()).args(args).output().unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
+
+impl Drop for Bed {
+    fn drop(&mut self) {
+        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+        let _ = self.child.wait();
+        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// One connection, many requests.
+struct Client {
+    write: UnixStream,
+    read: BufReader<UnixStream>,
+}
+
+impl Client {
+    fn new(path: &Path) -> Self {
+        let stream = UnixStream::connect(path).unwrap();
+        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        Self { write: stream.try_clone().unwrap(), read: BufReader::new(stream) }
+    }
+
+    fn line(&mut self, line: &[u8]) -> Value {
+        self.write.write_all(line).unwrap();
+        self.write.write_all(b"\n").unwrap();
+        let mut answer = String::new();
+        self.read.read_line(&mut answer).unwrap();
+        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer:?}"))
+    }
+
+    fn call(&mut self, request: Value) -> Value {
+        self.line(request.to_string().as_bytes())
+    }
+
+    fn ok(&mut self, request: Value) -> Value {
+        let answer = self.call(request.clone());
+        assert_eq!(answer["ok"], json!(true), "{request} -> {answer}");
+        answer
+    }
+
+    fn err(&mut self, request: Value, code: &str) -> Value {
+        let answer = self.call(request.clone());
+        assert_eq!(answer["ok"], json!(false), "{request} -> {answer}");
+        assert_eq!(answer["error"]["code"], json!(code), "{request} -> {answer}");
+        assert!(!answer["error"]["message"].as_str().unwrap().is_empty());
+        answer
+    }
+}
+
+fn class<'a>(status: &'a Value, name: &str) -> &'a Value {
+    status["classes"].as_array().unwrap().iter().find(|c| c["name"] == json!(name)).unwrap()
+}
+
+#[test]
+fn every_op_with_good_and_bad_input_on_one_connection() {
+    let bed = Bed::start("ops");
+    let mut c = bed.connect();
+
+    // Read-only ops.
+    let v = c.ok(json!({"op": "version"}));
+    assert_eq!(v["protocol"], json!(1));
+    assert_eq!(v["config_version"], json!(1));
+    let status = c.ok(json!({"op": "status"}));
+    assert_eq!(status["mode"], json!("observe"));
+    assert_eq!(status["iface"], json!("veth-in"));
+    assert!(status["attachment"].as_str().unwrap().starts_with("xdp"));
+    assert_eq!(class(&status, "web")["rate"], json!(100.0));
+    assert_eq!(class(&status, "chat")["controlled"], json!(true));
+    assert!(class(&status, "chat")["service_p95_ms"].is_number());
+    assert!(status["estimator_version"].is_u64());
+    let config = c.ok(json!({"op": "get_config"}));
+    assert_eq!(config["config"]["class"][0]["name"], json!("web"));
+    assert_eq!(config["config"]["rule"][0]["dst_port"], json!(8001));
+    let d = c.ok(json!({"op": "decisions", "n": 5}));
+    assert!(d["decisions"].is_array());
+    c.err(json!({"op": "decisions", "n": "five"}), "bad_request");
+    c.err(json!({"op": "status", "verbose": true}), "bad_request");
+
+    // Malformed lines: each answered, the connection stays up.
+    assert_eq!(c.line(b"{not json")["error"]["code"], json!("bad_json"));
+    assert_eq!(c.line(b"[1, 2]")["error"]["code"], json!("bad_request"));
+    assert_eq!(c.line(b"{\"op\": 7}")["error"]["code"], json!("bad_request"));
+    assert_eq!(c.line(b"{\"no_op\": 1}")["error"]["code"], json!("bad_request"));
+    c.err(json!({"op": "frobnicate"}), "unknown_op");
+    let long = format!("{{\"op\": \"status\", \"pad\": \"{}\"}}", "x".repeat(70 * 1024));
+    assert_eq!(c.line(long.as_bytes())["error"]["code"], json!("too_long"));
+    c.ok(json!({"op": "version"}));
+
+    // set_class: good, then each kind of bad.
+    let v = c.ok(json!({"op": "set_class", "class": "web", "rate": 50, "burst": 8}));
+    assert_eq!(v["config_version"], json!(2));
+    let status = c.ok(json!({"op": "status"}));
+    assert_eq!(
+        (class(&status, "web")["rate"].clone(), class(&status, "web")["burst"].clone()),
+        (json!(50.0), json!(8.0))
+    );
+    c.err(json!({"op": "set_class", "class": "web", "burst": 0.5}), "invalid_config");
+    c.err(json!({"op": "set_class", "class": "nope", "rate": 1}), "invalid_config");
+    c.err(json!({"op": "set_class", "class": "web", "rate": "fast"}), "bad_request");
+    c.err(json!({"op": "set_class", "class": "web", "colour": "red"}), "bad_request");
+    c.err(json!({"op": "set_class", "class": "web", "action": "mark"}), "invalid_config");
+    c.ok(json!({"op": "set_class", "class": "web", "action": "mark", "mark_dscp": 12}));
+    c.ok(json!({"op": "set_class", "class": "web", "action": "reject", "mark_dscp": null}));
+
+    // set_mode: global, per class, bad values.
+    c.ok(json!({"op": "set_mode", "mode": "enforce", "class": "batch"}));
+    let v = c.ok(json!({"op": "set_mode", "mode": "enforce"}));
+    let status = c.ok(json!({"op": "status"}));
+    assert_eq!(status["mode"], json!("enforce"));
+    assert_eq!(status["config_version"], v["config_version"]);
+    c.ok(json!({"op": "set_mode", "mode": "inherit", "class": "batch"}));
+    c.ok(json!({"op": "set_mode", "mode": "observe"}));
+    c.err(json!({"op": "set_mode", "mode": "inherit"}), "bad_request");
+    c.err(json!({"op": "set_mode", "mode": "sometimes"}), "bad_request");
+    c.err(json!({"op": "set_mode", "mode": "off", "class": "nope"}), "invalid_config");
+
+    // set_rules.
+    c.ok(json!({"op": "set_rules", "rules": [{"class": "batch", "dst_port": 9001}, {"class": "chat", "src_cidr": "10.9.0.0/16"}]}));
+    let config = c.ok(json!({"op": "get_config"}));
+    assert_eq!(config["config"]["rule"].as_array().unwrap().len(), 2);
+    c.err(json!({"op": "set_rules", "rules": [{"class": "nope", "dst_port": 1}]}), "invalid_config");
+    c.err(json!({"op": "set_rules", "rules": [{"class": "web"}]}), "invalid_config");
+    c.err(json!({"op": "set_rules", "rules": "all"}), "bad_request");
+    c.err(json!({"op": "set_rules"}), "bad_request");
+
+    // reload: back to the file.
+    let v = c.ok(json!({"op": "reload"}));
+    assert!(v["config_version"].as_u64().unwrap() > 2);
+    let config = c.ok(json!({"op": "get_config"}));
+    assert_eq!(config["config"]["rule"][0]["dst_port"], json!(8001));
+    std::fs::write(bed.dir.join("shedder.toml"), "default_class = \"zz\"\nclass = []\n").unwrap();
+    c.err(json!({"op": "reload"}), "invalid_config");
+    std::fs::write(bed.dir.join("shedder.toml"), CONFIG).unwrap();
+    c.err(json!({"op": "reload", "path": "/etc/passwd"}), "bad_request");
+
+    // sample.
+    let v = c.ok(json!({"op": "sample", "samples": [
+        {"class": "chat", "queue_age_ms": 120.0, "service_ms": 800.0},
+        {"class": "chat", "queue_age_ms": 90.0, "service_ms": 700.0, "late_by_ms": 15.0}
+    ]}));
+    assert_eq!(v["accepted"], json!(2));
+    c.err(
+        json!({"op": "sample", "samples": [{"class": "chat", "queue_age_ms": -1.0, "service_ms": 1.0}]}),
+        "bad_request",
+    );
+    c.err(
+        json!({"op": "sample", "samples": [{"class": "nope", "queue_age_ms": 1.0, "service_ms": 1.0}]}),
+        "bad_request",
+    );
+    c.err(json!({"op": "sample", "samples": {"class": "chat"}}), "bad_request");
+    let status = c.ok(json!({"op": "status"}));
+    assert_eq!(status["samples"]["accepted"], json!(2));
+    assert_eq!(status["samples"]["rejected_batches"], json!(2));
+
+    // admit.
+    let a = c.ok(json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 10.0}));
+    assert_eq!(a["verdict"], json!("admit"));
+    let r = c.ok(json!({"op": "admit", "class": "chat", "deadline_ms": 100.0, "now_ms": 0.0, "queued_at_ms": -10.0}));
+    assert_eq!(r["verdict"], json!("reject_deadline"));
+    assert!(r["retry_after_ms"].as_u64().unwrap() >= 1000);
+    let p = json!({"max_queue_age_ms": 5.0, "jitter": 0.0});
+    let s = c.ok(
+        json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 10.0, "policy": p}),
+    );
+    assert_eq!(s["verdict"], json!("reject_stale"));
+    c.err(json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0}), "bad_request");
+    c.err(
+        json!({"op": "admit", "class": "nope", "deadline_ms": 1.0, "now_ms": 0.0, "queue_age_ms": 1.0}),
+        "bad_request",
+    );
+    c.err(
+        json!({"op": "admit", "class": "chat", "deadline_ms": "soon", "now_ms": 0.0, "queue_age_ms": 1.0}),
+        "bad_request",
+    );
+    let bad_policy = json!({"max_queue_age_ms": 5.0, "jitter": 3.0});
+    c.err(json!({"op": "admit", "class": "chat", "deadline_ms": 1.0, "now_ms": 0.0, "queue_age_ms": 1.0, "policy": bad_policy}), "bad_request");
+
+    // Still up, on the same connection and on a new one.
+    c.ok(json!({"op": "version"}));
+    bed.connect().ok(json!({"op": "status"}));
+}
+
+#[test]
+fn two_hundred_concurrent_clients_mixing_reads_and_writes() {
+    let bed = Bed::start("conc");
+    let socket = bed.socket();
+    let threads: Vec<_> = (0..200)
+        .map(|i| {
+            let socket = socket.clone();
+            std::thread::spawn(move || {
+                let mut c = Client::new(&socket);
+                for j in 0..5 {
+                    let request = match (i + j) % 5 {
+                        0 => json!({"op": "status"}),
+                        1 => json!({"op": "set_class", "class": "web", "rate": 10 + (i * 5 + j) % 90}),
+                        2 => json!({"op": "get_config"}),
+                        3 => json!({"op": "sample", "samples": [{"class": "chat", "queue_age_ms": 5.0, "service_ms": 50.0}]}),
+                        _ => json!({"op": "set_mode", "mode": if j % 2 == 0 { "observe" } else { "enforce" }, "class": "batch"}),
+                    };
+                    c.ok(request);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().expect("every client got ok answers");
+    }
+    let mut c = bed.connect();
+    let status = c.ok(json!({"op": "status"}));
+    // Every write was one config version; samples all arrived.
+    assert_eq!(status["config_version"], json!(1 + 400));
+    assert_eq!(status["samples"]["accepted"], json!(200));
+}
+
+#[test]
+fn an_unprivileged_client_may_read_and_feed_but_not_change_the_config() {
+    let bed = Bed::start("priv");
+    let mode = std::fs::metadata(bed.socket()).unwrap();
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    assert_eq!(mode.permissions().mode() & 0o777, 0o660, "0660 with a group");
+    assert_eq!(mode.gid(), nix::unistd::Group::from_name("nogroup").unwrap().unwrap().gid.as_raw());
+
+    let (code, out, err) = bed.ctl(Some("nobody"), &["set-mode", "enforce"]);
+    assert_eq!(code, 3, "refused: {out} {err}");
+    assert!(err.contains("refused"), "{err}");
+    let (code, _, err) = bed.ctl(Some("nobody"), &["set-class", "web", "--rate", "1"]);
+    assert_eq!(code, 3, "{err}");
+    let (code, _, err) = bed.ctl(Some("nobody"), &["reload"]);
+    assert_eq!(code, 3, "{err}");
+    let (code, out, err) = bed.ctl(Some("nobody"), &["status"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("web") && out.contains("would_shed"), "{out}");
+    let (code, _, err) =
+        bed.ctl(Some("nobody"), &["sample", r#"[{"class": "chat", "queue_age_ms": 1, "service_ms": 2}]"#]);
+    assert_eq!(code, 0, "{err}");
+    // Nothing changed; root may.
+    let (code, out, _) = bed.ctl(None, &["--json", "version"]);
+    assert_eq!(code, 0);
+    assert_eq!(serde_json::from_str::<Value>(&out).unwrap()["config_version"], json!(1));
+    let (code, out, err) = bed.ctl(None, &["set-mode", "enforce", "--class", "batch"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("config version 2"), "{out}");
+
+    // Exit codes: invalid, unreachable, and the human outputs.
+    let (code, _, err) = bed.ctl(None, &["set-class", "web", "--burst", "0.5"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("invalid_config") && err.contains("burst"), "{err}");
+    let (code, _, _) = bed.ctl(None, &["raw", r#"{"op": "nope"}"#]);
+    assert_eq!(code, 2);
+    let (code, out, _) = bed.ctl(None, &["get-config"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("[[class]]") && out.contains("name = \"web\""), "{out}");
+    let (code, out, _) = bed.ctl(None, &["decisions", "-n", "3"]);
+    assert_eq!(code, 0, "{out}");
+    let (code, out, _) =
+        bed.ctl(None, &["admit", "chat", "--deadline-ms", "100000", "--now-ms", "0", "--queue-age-ms", "5"]);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("admit"), "{out}");
+    let out = Command::new(env!("CARGO_BIN_EXE_shedder"))
+        .args(["ctl", "--socket", "/nonexistent/shedder.sock", "status"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(4), "unreachable");
+}
+
+#[test]
+fn an_invalid_change_leaves_the_maps_and_the_version_as_they_were() {
+    let bed = Bed::start("atom");
+    let mut c = bed.connect();
+    let snapshot = |c: &mut Client| {
+        let status = c.ok(json!({"op": "status"}));
+        let config = c.ok(json!({"op": "get_config"}));
+        (status["maps"].clone(), config["config"].clone(), status["config_version"].clone())
+    };
+    let before = snapshot(&mut c);
+    assert!(before.0["classes"].as_array().unwrap().len() == 3, "{:?}", before.0);
+    // Each is wrong in a way only the whole-config validation sees; several
+    // also change valid fields alongside the bad one.
+    for bad in [
+        json!({"op": "set_class", "class": "web", "rate": 7, "burst": 0.5}),
+        json!({"op": "set_class", "class": "web", "rate": 7, "cost": 20}),
+        json!({"op": "set_class", "class": "batch", "mode": "enforce", "action": "mark"}),
+        json!({"op": "set_class", "class": "batch", "rate": 3, "mark_dscp": 99}),
+        json!({"op": "set_class", "class": "web", "opportunistic": true}),
+        json!({"op": "set_class", "class": "chat", "deadline_ms": -5}),
+        json!({"op": "set_rules", "rules": [{"class": "web", "dst_port": 80}, {"class": "nope", "dst_port": 81}]}),
+        json!({"op": "set_rules", "rules": [{"class": "web", "dst_port": 80}, {"class": "batch", "dst_port": 80}]}),
+        json!({"op": "set_rules", "rules": [{"class": "web", "src_cidr": "10.1.2.3/16"}]}),
+        json!({"op": "set_rules", "rules": [{"class": "web", "dscp": 64}]}),
+    ] {
+        c.err(bad.clone(), "invalid_config");
+        assert_eq!(snapshot(&mut c), before, "after {bad}");
+    }
+    // And a good one does change them.
+    c.ok(json!({"op": "set_rules", "rules": [{"class": "web", "dst_port": 80}]}));
+    let after = snapshot(&mut c);
+    assert_ne!(after.0, before.0);
+    assert_eq!(after.2, json!(2));
+}
