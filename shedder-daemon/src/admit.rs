@@ -122,6 +122,17 @@ pub enum Verdict {
     RejectStale,
 }
 
+impl Verdict {
+    /// The verdict as the API and the metrics spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Admit => "admit",
+            Verdict::RejectDeadline => "reject_deadline",
+            Verdict::RejectStale => "reject_stale",
+        }
+    }
+}
+
 /// The verdict with its numbers.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct AdmitDecision {

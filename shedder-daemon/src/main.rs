@@ -13,9 +13,8 @@ use shedder_daemon::{
     config::{Config, ControlSetup},
     control_loop::ControlLoop,
     daemon::{Daemon, DaemonHandle},
-    metrics,
     datapath::{AttachKind, Datapath},
-    report,
+    metrics, report,
     telemetry::{ClassObservations, gpu::open_gpu_source, scrape::Scraper},
 };
 use tokio::{
@@ -98,7 +97,17 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Ctl(args) => std::process::exit(api::ctl::run(&args)),
-        Command::Run { iface, attach, config, report_every, metrics_addr, socket, socket_group, admin_uid, admin_gid } => {
+        Command::Run {
+            iface,
+            attach,
+            config,
+            report_every,
+            metrics_addr,
+            socket,
+            socket_group,
+            admin_uid,
+            admin_gid,
+        } => {
             // Validate everything before touching the kernel: a bad file attaches nothing.
             let config_path = config;
             let config = load_config(config_path.as_ref())?;

@@ -107,7 +107,9 @@ impl Distributions {
                 Observation::Service { ms, count } => observe_n(&self.service, &class, *ms, *count),
                 Observation::Completion { late_by_ms, count } => {
                     let outcome = if late_by_ms.is_some() { "late" } else { "on_time" };
-                    self.completions.get_or_create(&OutcomeLabel { class: batch.class.clone(), outcome }).inc_by(*count);
+                    self.completions
+                        .get_or_create(&OutcomeLabel { class: batch.class.clone(), outcome })
+                        .inc_by(*count);
                     if let Some(late) = late_by_ms {
                         observe_n(&self.lateness, &class, *late, *count);
                     }
@@ -124,7 +126,11 @@ impl Distributions {
     }
 
     fn register(&self, registry: &mut Registry) {
-        registry.register("shedder_queue_age_seconds", "Time jobs waited before a worker took them", self.queue_age.clone());
+        registry.register(
+            "shedder_queue_age_seconds",
+            "Time jobs waited before a worker took them",
+            self.queue_age.clone(),
+        );
         registry.register("shedder_service_seconds", "Time workers spent on jobs", self.service.clone());
         registry.register("shedder_completion_lateness_seconds", "How late late jobs completed", self.lateness.clone());
         registry.register("shedder_completions", "Jobs completed, on time or late", self.completions.clone());

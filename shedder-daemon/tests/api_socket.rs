@@ -69,6 +69,8 @@ impl Bed {
         // Let `nobody` reach the socket's directory.
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
         let socket = dir.join("control.sock");
+        // A stale socket from a daemon that died: replaced at start.
+        drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
         let child = Command::new("ip")
             .args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_shedder"), "run", "--iface", "veth-in"])
             .args(["--report-every", "60", "--socket-group", "nogroup", "--config"])
@@ -117,9 +119,11 @@ impl Bed {
 
 impl Drop for Bed {
     fn drop(&mut self) {
-        let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-        let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-        let _ = self.child.wait();
+        if let Ok(None) = self.child.try_wait() {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let _ = self.child.wait();
+        }
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
@@ -302,6 +306,19 @@ fn every_op_with_good_and_bad_input_on_one_connection() {
 fn two_hundred_concurrent_clients_mixing_reads_and_writes() {
     let bed = Bed::start("conc");
     let socket = bed.socket();
+    // Clients that hold the line up: one silent, one mid-line, one that
+    // pipelines requests and never reads its answers.
+    let silent = UnixStream::connect(&socket).unwrap();
+    let mut partial = UnixStream::connect(&socket).unwrap();
+    partial.write_all(b"{\"op\": \"sta").unwrap();
+    let mut deaf = UnixStream::connect(&socket).unwrap();
+    deaf.set_nonblocking(true).unwrap();
+    for _ in 0..2000 {
+        if deaf.write_all(b"{\"op\": \"get_config\"}\n").is_err() {
+            break;
+        }
+    }
+    let started = Instant::now();
     let threads: Vec<_> = (0..200)
         .map(|i| {
             let socket = socket.clone();
@@ -323,6 +340,8 @@ fn two_hundred_concurrent_clients_mixing_reads_and_writes() {
     for t in threads {
         t.join().expect("every client got ok answers");
     }
+    assert!(started.elapsed() < Duration::from_secs(10), "served in {:?}", started.elapsed());
+    drop((silent, partial, deaf));
     let mut c = bed.connect();
     let status = c.ok(json!({"op": "status"}));
     // Every write was one config version; samples all arrived.
@@ -381,6 +400,53 @@ fn an_unprivileged_client_may_read_and_feed_but_not_change_the_config() {
     assert_eq!(out.status.code(), Some(4), "unreachable");
 }
 
+/// The daemon's configuration maps and bucket states, read from the kernel
+/// through the map fds its process holds (`/proc/PID/fdinfo` names their ids).
+fn kernel_maps(pid: u32) -> String {
+    use aya::maps::{Array, Map, MapData, MapInfo, lpm_trie::LpmTrie};
+    use shedder_common::maps::{ClassConfig, GlobalConfig, names};
+    let mut ids = Vec::new();
+    for entry in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap() {
+        let info = std::fs::read_to_string(entry.unwrap().path()).unwrap_or_default();
+        if let Some(id) = info.lines().find_map(|l| l.strip_prefix("map_id:")) {
+            ids.push(id.trim().parse::<u32>().unwrap());
+        }
+    }
+    ids.sort();
+    ids.dedup();
+    let mut out = std::collections::BTreeMap::new();
+    for id in ids {
+        let name = MapInfo::from_id(id).unwrap().name_as_str().unwrap_or("").to_string();
+        let map = || Map::from_map_data(MapData::from_id(id).unwrap()).unwrap();
+        let dump = match name.as_str() {
+            n if n == names::CLASSES => {
+                format!("{:?}", Array::<_, ClassConfig>::try_from(map()).unwrap().iter().collect::<Vec<_>>())
+            }
+            n if n == names::GLOBAL => {
+                format!("{:?}", Array::<_, GlobalConfig>::try_from(map()).unwrap().iter().collect::<Vec<_>>())
+            }
+            n if n == names::BUCKETS => {
+                format!("{:?}", Array::<_, u64>::try_from(map()).unwrap().iter().collect::<Vec<_>>())
+            }
+            n if n == names::DST_PORTS || n == names::DSCP_IN => {
+                format!("{:?}", Array::<_, u32>::try_from(map()).unwrap().iter().collect::<Vec<_>>())
+            }
+            n if n == names::SRC_V4 => {
+                let trie = LpmTrie::<_, [u8; 4], u32>::try_from(map()).unwrap();
+                format!("{:?}", trie.iter().map(|r| r.map(|(k, v)| (k.prefix_len(), k.data(), v))).collect::<Vec<_>>())
+            }
+            n if n == names::SRC_V6 => {
+                let trie = LpmTrie::<_, [u8; 16], u32>::try_from(map()).unwrap();
+                format!("{:?}", trie.iter().map(|r| r.map(|(k, v)| (k.prefix_len(), k.data(), v))).collect::<Vec<_>>())
+            }
+            _ => continue,
+        };
+        out.insert(name, dump);
+    }
+    assert_eq!(out.len(), 7, "the daemon's maps: {:?}", out.keys());
+    format!("{out:?}")
+}
+
 #[test]
 fn an_invalid_change_leaves_the_maps_and_the_version_as_they_were() {
     let bed = Bed::start("atom");
@@ -390,7 +456,10 @@ fn an_invalid_change_leaves_the_maps_and_the_version_as_they_were() {
         let config = c.ok(json!({"op": "get_config"}));
         (status["maps"].clone(), config["config"].clone(), status["config_version"].clone())
     };
+    // (The daemon answers once it has loaded and attached the program.)
     let before = snapshot(&mut c);
+    let pid = bed.child.id();
+    let maps_before = kernel_maps(pid);
     assert!(before.0["classes"].as_array().unwrap().len() == 3, "{:?}", before.0);
     // Each is wrong in a way only the whole-config validation sees; several
     // also change valid fields alongside the bad one.
@@ -408,10 +477,19 @@ fn an_invalid_change_leaves_the_maps_and_the_version_as_they_were() {
     ] {
         c.err(bad.clone(), "invalid_config");
         assert_eq!(snapshot(&mut c), before, "after {bad}");
+        assert!(kernel_maps(pid) == maps_before, "the kernel's maps changed after {bad}");
     }
     // And a good one does change them.
     c.ok(json!({"op": "set_rules", "rules": [{"class": "web", "dst_port": 80}]}));
     let after = snapshot(&mut c);
     assert_ne!(after.0, before.0);
+    assert!(kernel_maps(pid) != maps_before, "a good change reaches the kernel's maps");
     assert_eq!(after.2, json!(2));
+
+    // The socket goes away with the daemon.
+    let mut bed = bed;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(bed.child.id() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    assert!(bed.child.wait().unwrap().success());
+    assert!(!bed.socket().exists(), "socket file left behind");
 }

@@ -46,7 +46,9 @@ fn value(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)])
         .iter()
         .filter(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
         .map(|s| match s.value {
-            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Gauge(v) | prometheus_parse::Value::Untyped(v) => v,
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
             ref other => panic!("{name}: unexpected {other:?}"),
         })
         .collect();
@@ -78,7 +80,9 @@ fn scraped_counters_equal_the_connections_made() {
     let (admitted, refused) = bed
         .client
         .run(|| {
-            let connect = |port| TcpStream::connect_timeout(&SocketAddr::new(Testbed::SERVER_V4.into(), port), Duration::from_secs(2));
+            let connect = |port| {
+                TcpStream::connect_timeout(&SocketAddr::new(Testbed::SERVER_V4.into(), port), Duration::from_secs(2))
+            };
             let admitted = (0..7).filter(|_| connect(9000).is_ok()).count();
             let refused = (0..5).filter(|_| connect(8000).is_err()).count();
             (admitted, refused)
@@ -86,8 +90,12 @@ fn scraped_counters_equal_the_connections_made() {
         .unwrap();
     assert_eq!((admitted, refused), (7, 5));
 
-    let control = ControlLoop::new(datapath, plan, config.control().unwrap(), Box::new(NoGpu { reason: "test".into() }));
-    control.inbox().push(vec![JobSample { class: "open".into(), queue_age_ms: 40.0, service_ms: 300.0, late_by_ms: None }; 3]).unwrap();
+    let control =
+        ControlLoop::new(datapath, plan, config.control().unwrap(), Box::new(NoGpu { reason: "test".into() }));
+    control
+        .inbox()
+        .push(vec![JobSample { class: "open".into(), queue_age_ms: 40.0, service_ms: 300.0, late_by_ms: None }; 3])
+        .unwrap();
     let mut daemon = Daemon::new(control, config, None, bed.server_if.clone(), Attachment::XdpNative);
     daemon.tick().unwrap();
 

@@ -173,6 +173,7 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<Value, ApiError> {
         service_p95_ms: service.quantiles.p95,
     };
     let decision = admit(&admit_request, &policy, &mut rand::rngs::SmallRng::from_rng(&mut rand::rng()));
+    daemon.control().distributions().observe_admission(&request.class, decision.slack_ms, decision.verdict.as_str());
     Ok(ok(json!({
         "verdict": decision.verdict,
         "slack_ms": finite(decision.slack_ms),
@@ -183,18 +184,6 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<Value, ApiError> {
         "service_source": service.source,
         "estimator_version": estimate.estimator_version,
     })))
-}
-
-/// `NotSyn` -> `not_syn`.
-fn snake(name: &str) -> String {
-    let mut out = String::new();
-    for (i, ch) in name.chars().enumerate() {
-        if ch.is_ascii_uppercase() && i > 0 {
-            out.push('_');
-        }
-        out.push(ch.to_ascii_lowercase());
-    }
-    out
 }
 
 /// JSON has no NaN: report it as null.
@@ -292,7 +281,7 @@ fn status(daemon: &Daemon) -> Result<Value, ApiError> {
         .pass_counters()
         .map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?
         .into_iter()
-        .map(|(reason, n)| (snake(&format!("{reason:?}")), json!(n)))
+        .map(|(reason, n)| (reason.name().to_string(), json!(n)))
         .collect();
     let inbox = control.inbox().stats();
     Ok(ok(json!({

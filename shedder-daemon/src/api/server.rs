@@ -155,9 +155,29 @@ async fn serve(listener: UnixListener, handle: DaemonHandle, policy: Arc<AccessP
 }
 
 async fn write_line(stream: &mut (impl tokio::io::AsyncWrite + Unpin), value: &Value) -> std::io::Result<()> {
-    let mut line = serde_json::to_vec(value).expect("JSON values serialise");
+    stream.write_all(&encode(value)).await
+}
+
+/// One answer line, `"ok"` first (so `{"ok":true` can be matched on the
+/// prefix), then the other fields.
+pub fn encode(value: &Value) -> Vec<u8> {
+    let mut line = Vec::with_capacity(256);
+    match value {
+        Value::Object(fields) if fields.contains_key("ok") => {
+            line.extend_from_slice(b"{\"ok\":");
+            line.extend_from_slice(if fields["ok"] == Value::Bool(true) { b"true" } else { b"false" });
+            for (key, value) in fields.iter().filter(|(k, _)| *k != "ok") {
+                line.push(b',');
+                serde_json::to_writer(&mut line, key).expect("JSON strings serialise");
+                line.push(b':');
+                serde_json::to_writer(&mut line, value).expect("JSON values serialise");
+            }
+            line.push(b'}');
+        }
+        other => serde_json::to_writer(&mut line, other).expect("JSON values serialise"),
+    }
     line.push(b'\n');
-    stream.write_all(&line).await
+    line
 }
 
 /// What reading one line gave.
@@ -249,5 +269,21 @@ async fn answer(line: &[u8], handle: &DaemonHandle, policy: &AccessPolicy, uid: 
         }
         Ok(Err(e)) => e.to_json(),
         Err(gone) => ApiError::new(ErrorCode::Unavailable, gone.to_string()).to_json(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ok_comes_first_and_the_line_is_json() {
+        let value = serde_json::json!({"a": 1, "ok": true, "z": {"k": [1, 2]}});
+        let line = encode(&value);
+        assert!(line.starts_with(b"{\"ok\":true,"), "{}", String::from_utf8_lossy(&line));
+        assert_eq!(line.last(), Some(&b'\n'));
+        assert_eq!(serde_json::from_slice::<Value>(&line).unwrap(), value);
+        let err = ApiError::new(ErrorCode::TooLong, "x").to_json();
+        assert!(encode(&err).starts_with(b"{\"ok\":false,\"error\":"));
     }
 }
