@@ -482,6 +482,8 @@ impl Estimators {
                 slice.late += count;
                 slice.late_by.add_with_count(late_by, count);
             }
+            // Retries are the metrics' business; the slack does not use them.
+            Observation::Retry { .. } => return Ok(true),
             Observation::QueueDepth(depth) => state.queue_depth = Some((now_ms, depth)),
             Observation::KvCacheUsage(usage) => {
                 if !(usage.is_finite() && (0.0..=1.0).contains(&usage)) {

@@ -80,6 +80,7 @@ pub struct Distributions {
     service: Histograms,
     lateness: Histograms,
     completions: Family<OutcomeLabel, Counter>,
+    retries: Family<ClassLabel, Counter>,
     slack_at_admission: Histograms,
     admissions: Family<VerdictLabel, Counter>,
 }
@@ -91,6 +92,7 @@ impl Default for Distributions {
             service: Family::new_with_constructor(seconds_histogram),
             lateness: Family::new_with_constructor(seconds_histogram),
             completions: Family::default(),
+            retries: Family::default(),
             slack_at_admission: Family::new_with_constructor(slack_histogram),
             admissions: Family::default(),
         }
@@ -114,6 +116,9 @@ impl Distributions {
                         observe_n(&self.lateness, &class, *late, *count);
                     }
                 }
+                Observation::Retry { count } => {
+                    self.retries.get_or_create(&class).inc_by(*count);
+                }
                 Observation::QueueDepth(_) | Observation::KvCacheUsage(_) => {}
             }
         }
@@ -134,6 +139,7 @@ impl Distributions {
         registry.register("shedder_service_seconds", "Time workers spent on jobs", self.service.clone());
         registry.register("shedder_completion_lateness_seconds", "How late late jobs completed", self.lateness.clone());
         registry.register("shedder_completions", "Jobs completed, on time or late", self.completions.clone());
+        registry.register("shedder_retries", "Jobs that were a retry of an earlier attempt", self.retries.clone());
         registry.register(
             "shedder_slack_at_admission_seconds",
             "Deadline slack of job-level admission requests",

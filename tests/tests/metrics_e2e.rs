@@ -94,7 +94,16 @@ fn scraped_counters_equal_the_connections_made() {
         ControlLoop::new(datapath, plan, config.control().unwrap(), Box::new(NoGpu { reason: "test".into() }));
     control
         .inbox()
-        .push(vec![JobSample { class: "open".into(), queue_age_ms: 40.0, service_ms: 300.0, late_by_ms: None }; 3])
+        .push(vec![
+            JobSample {
+                class: "open".into(),
+                queue_age_ms: 40.0,
+                service_ms: 300.0,
+                late_by_ms: None,
+                attempt: 2
+            };
+            3
+        ])
         .unwrap();
     let mut daemon = Daemon::new(control, config, None, bed.server_if.clone(), Attachment::XdpNative);
     daemon.tick().unwrap();
@@ -138,6 +147,7 @@ fn scraped_counters_equal_the_connections_made() {
         other => panic!("shedder_service_seconds is a histogram, not {other:?}"),
     }
     assert_eq!(value(&metrics, "shedder_completions_total", &[("class", "open"), ("outcome", "on_time")]), 3.0);
+    assert_eq!(value(&metrics, "shedder_retries_total", &[("class", "open")]), 3.0);
     assert_eq!(value(&metrics, "shedder_config_version", &[]), 1.0);
     assert_eq!(value(&metrics, "shedder_estimator_version", &[]), 1.0);
     assert!(!body.contains("job_id"), "no unbounded labels");

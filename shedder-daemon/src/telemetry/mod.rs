@@ -22,6 +22,8 @@ pub enum Observation {
     Service { ms: f64, count: u64 },
     /// A completion: on time (`late_by_ms: None`) or late by that much.
     Completion { late_by_ms: Option<f64>, count: u64 },
+    /// Jobs that were a retry of an earlier attempt.
+    Retry { count: u64 },
     /// Jobs waiting right now (a gauge, e.g. `vllm:num_requests_waiting`).
     QueueDepth(u64),
     /// Fraction of the KV cache in use, 0..=1 (vLLM's `kv_cache_usage_perc`).

@@ -37,6 +37,14 @@ pub struct JobSample {
     /// `None` when it finished by its deadline, otherwise how late it was.
     #[serde(default)]
     pub late_by_ms: Option<f64>,
+    /// Which try this was (1 = first). Retries add load and take slack,
+    /// so they are counted.
+    #[serde(default = "first_attempt")]
+    pub attempt: u32,
+}
+
+fn first_attempt() -> u32 {
+    1
 }
 
 impl JobSample {
@@ -240,6 +248,9 @@ pub fn to_observations(samples: &[JobSample]) -> Vec<ClassObservations> {
             Observation::Service { ms: sample.service_ms, count: 1 },
             Observation::Completion { late_by_ms: sample.late_by_ms, count: 1 },
         ]);
+        if sample.attempt > 1 {
+            by_class.entry(&sample.class).or_default().push(Observation::Retry { count: 1 });
+        }
     }
     by_class
         .into_iter()
@@ -254,7 +265,7 @@ mod tests {
     use super::*;
 
     fn sample(class: &str, queue_age_ms: f64, service_ms: f64, late_by_ms: Option<f64>) -> JobSample {
-        JobSample { class: class.into(), queue_age_ms, service_ms, late_by_ms }
+        JobSample { class: class.into(), queue_age_ms, service_ms, late_by_ms, attempt: 1 }
     }
 
     #[test]

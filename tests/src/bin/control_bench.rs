@@ -67,6 +67,7 @@ fn main() -> anyhow::Result<()> {
                     queue_age_ms: (k * 7.3) % 900.0,
                     service_ms: 80.0 + (k * 13.7) % 1700.0,
                     late_by_ms: (k as u64).is_multiple_of(17).then_some(120.0),
+                    attempt: 1,
                 }
             })
             .collect()
