@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: the benchmarks, always in release: the fast path per
-//! packet (`shedder-bench`, extra arguments go to it), then the control
-//! plane's CPU share (`shedder-control-bench`).
+//! packet (`shedder-bench`, extra arguments go to it), the control plane's
+//! CPU share (`shedder-control-bench`), and the control socket's round trips
+//! (the `api_bench` test, which `cargo xtask test` leaves out as a benchmark).
 
 use crate::{bootstrap, cmd};
 
@@ -10,5 +11,16 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         cmd::run(cmd::cargo().args(["run", "--release", "--package", "shedder-tests", "--bin", bin, "--"]).args(args))
     };
     bench("shedder-bench", args)?;
-    bench("shedder-control-bench", &[])
+    bench("shedder-control-bench", &[])?;
+    cmd::run(cmd::cargo().args([
+        "test",
+        "--release",
+        "--package",
+        "shedder-tests",
+        "--test",
+        "api_bench",
+        "--",
+        "--ignored",
+        "--nocapture",
+    ]))
 }
