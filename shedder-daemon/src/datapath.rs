@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, fmt};
 use anyhow::{Context as _, anyhow};
 use aya::{
     Ebpf, Pod,
-    maps::{Array, LpmTrie, Map, PerCpuArray, lpm_trie::Key},
+    maps::{Array, LpmTrie, Map, PerCpuArray, PerCpuValues, lpm_trie::Key},
     programs::{SchedClassifier, TcAttachType, Xdp, XdpMode, tc},
     util::KernelVersion,
 };
@@ -169,10 +169,16 @@ impl Datapath {
     }
 
     fn write_classes(&mut self, previous: &Plan, plan: &Plan) -> anyhow::Result<()> {
+        // A slot's state belongs to the class that had it: if a reload put a
+        // different class there, that class starts afresh (full bucket, zero
+        // counters) instead of inheriting another's.
         let changed: Vec<(u32, ClassConfig, Option<&ClassConfig>)> = (0..MAX_CLASSES)
             .filter_map(|slot| {
-                let new = plan.classes.get(slot as usize).copied().unwrap_or_default();
-                let old = previous.classes.get(slot as usize);
+                let i = slot as usize;
+                let new = plan.classes.get(i).copied().unwrap_or_default();
+                let same_class =
+                    previous.class_names.get(i).is_some() && previous.class_names.get(i) == plan.class_names.get(i);
+                let old = previous.classes.get(i).filter(|_| same_class);
                 (old != Some(&new)).then_some((slot, new, old))
             })
             .collect();
@@ -190,6 +196,15 @@ impl Datapath {
                     }
                     Some(_) => {}
                 }
+            }
+        }
+        let fresh: Vec<u32> = changed.iter().filter(|(_, _, old)| old.is_none()).map(|(slot, ..)| *slot).collect();
+        if !fresh.is_empty() {
+            let mut counters: PerCpuArray<_, ClassCounters> =
+                PerCpuArray::try_from(map_mut(&mut self.ebpf, names::CLASS_COUNTERS)?)?;
+            let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow!("{what}: {e}"))?;
+            for slot in fresh {
+                counters.set(slot, PerCpuValues::try_from(vec![ClassCounters::default(); cpus])?, 0)?;
             }
         }
         let mut buckets: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, names::BUCKETS)?)?;
