@@ -11,7 +11,10 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use nix::sched::{CloneFlags, setns};
-use shedder_daemon::datapath::PassProgram;
+use shedder_daemon::{
+    config::Plan,
+    datapath::{AttachKind, Datapath, PassProgram},
+};
 
 use crate::saved_syn::save_syns;
 
@@ -141,6 +144,19 @@ impl Testbed {
             ns.ip(&["link", "set", ifname, "up"])?;
         }
         Ok(Self { client, server, client_if, server_if })
+    }
+
+    /// Loads the fast path with `plan` and attaches it (`kind`) to the
+    /// server's end, from inside the server namespace (aya resolves the
+    /// interface and talks netlink in the calling thread's namespace).
+    pub fn attach_server(&self, plan: &Plan, kind: AttachKind) -> anyhow::Result<Datapath> {
+        let (iface, plan) = (self.server_if.clone(), plan.clone());
+        self.server.run(move || -> anyhow::Result<Datapath> {
+            let mut datapath = Datapath::load()?;
+            datapath.apply(&plan)?;
+            datapath.attach(&iface, kind)?;
+            Ok(datapath)
+        })?
     }
 
     /// Attaches a bare XDP_PASS program to the client's veth end, from inside

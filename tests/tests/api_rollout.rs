@@ -18,7 +18,7 @@ use shedder_daemon::{
     config::Config,
     control_loop::ControlLoop,
     daemon::{Daemon, DaemonHandle},
-    datapath::{AttachKind, Attachment, Datapath},
+    datapath::{AttachKind, Attachment},
     telemetry::gpu::NoGpu,
 };
 use shedder_tests::netns::Testbed;
@@ -65,17 +65,7 @@ fn observe_then_enforce_one_class_then_roll_back() {
     let bed = Testbed::new().expect("test bed (root, iproute2)");
     let config = Config::parse(CONFIG).unwrap();
     let plan = config.plan().unwrap();
-    let (iface, datapath_plan) = (bed.server_if.clone(), plan.clone());
-    let datapath = bed
-        .server
-        .run(move || -> anyhow::Result<Datapath> {
-            let mut datapath = Datapath::load()?;
-            datapath.apply(&datapath_plan)?;
-            datapath.attach(&iface, AttachKind::Xdp)?;
-            Ok(datapath)
-        })
-        .and_then(|r| r)
-        .expect("program attached on the server side");
+    let datapath = bed.attach_server(&plan, AttachKind::Xdp).expect("program attached on the server side");
     let _peer = bed.attach_client_pass().unwrap();
     let _api = bed.listen(SocketAddr::new(Testbed::SERVER_V4.into(), 8000), false).unwrap();
 

@@ -12,7 +12,7 @@ use shedder_daemon::{
     clock::monotonic_ns,
     config::Config,
     control_loop::ControlLoop,
-    datapath::{AttachKind, Datapath},
+    datapath::AttachKind,
     telemetry::{gpu::NoGpu, samples::JobSample},
 };
 use shedder_tests::netns::Testbed;
@@ -70,18 +70,7 @@ fn late_samples_cut_the_class_budget_and_fewer_connections_get_in() {
     let bed = Testbed::new().expect("test bed (root, iproute2)");
     let config = Config::parse(CONFIG).unwrap();
     let (plan, setup) = (config.plan().unwrap(), config.control().unwrap());
-    let iface = bed.server_if.clone();
-    let datapath_plan = plan.clone();
-    let datapath = bed
-        .server
-        .run(move || -> anyhow::Result<Datapath> {
-            let mut datapath = Datapath::load()?;
-            datapath.apply(&datapath_plan)?;
-            datapath.attach(&iface, AttachKind::Xdp)?;
-            Ok(datapath)
-        })
-        .and_then(|r| r)
-        .expect("program attached on the server side");
+    let datapath = bed.attach_server(&plan, AttachKind::Xdp).expect("program attached on the server side");
     let _peer = bed.attach_client_pass().expect("client-side XDP_PASS for RSTs");
     let listener = bed.listen(SocketAddr::new(Testbed::SERVER_V4.into(), 8000), false).unwrap();
     let gpu = Box::new(NoGpu { reason: "test".into() });

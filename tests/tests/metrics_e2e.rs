@@ -12,7 +12,7 @@ use shedder_daemon::{
     config::Config,
     control_loop::ControlLoop,
     daemon::{Daemon, DaemonHandle},
-    datapath::{AttachKind, Attachment, Datapath},
+    datapath::{AttachKind, Attachment},
     metrics,
     telemetry::{gpu::NoGpu, samples::JobSample},
 };
@@ -61,18 +61,7 @@ fn scraped_counters_equal_the_connections_made() {
     let bed = Testbed::new().expect("test bed (root, iproute2)");
     let config = Config::parse(CONFIG).unwrap();
     let plan = config.plan().unwrap();
-    let iface = bed.server_if.clone();
-    let datapath_plan = plan.clone();
-    let datapath = bed
-        .server
-        .run(move || -> anyhow::Result<Datapath> {
-            let mut datapath = Datapath::load()?;
-            datapath.apply(&datapath_plan)?;
-            datapath.attach(&iface, AttachKind::Xdp)?;
-            Ok(datapath)
-        })
-        .and_then(|r| r)
-        .expect("program attached on the server side");
+    let datapath = bed.attach_server(&plan, AttachKind::Xdp).expect("program attached on the server side");
     let _peer = bed.attach_client_pass().unwrap();
     let _open = bed.listen(SocketAddr::new(Testbed::SERVER_V4.into(), 9000), false).unwrap();
     let _closed = bed.listen(SocketAddr::new(Testbed::SERVER_V4.into(), 8000), false).unwrap();
