@@ -7,5 +7,6 @@
 
 pub mod child;
 pub mod netns;
+pub mod owner;
 pub mod packets;
 pub mod saved_syn;

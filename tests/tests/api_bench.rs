@@ -12,13 +12,13 @@ use std::{
 };
 
 use shedder_daemon::{
-    api::server::{AccessPolicy, ControlSocket},
     config::Config,
     control_loop::ControlLoop,
-    daemon::{Daemon, DaemonHandle},
+    daemon::Daemon,
     datapath::{Attachment, Datapath},
     telemetry::gpu::NoGpu,
 };
+use shedder_tests::owner::OwnerThread;
 
 fn client(socket: &Path, request: &'static str, until: Instant) -> Vec<Duration> {
     let stream = UnixStream::connect(socket).unwrap();
@@ -46,30 +46,9 @@ fn control_socket_round_trips() {
     datapath.apply(&plan).unwrap();
     let control =
         ControlLoop::new(datapath, plan, config.control().unwrap(), Box::new(NoGpu { reason: "bench".into() }));
-    let mut daemon = Daemon::new(control, config, None, "none".into(), Attachment::XdpGeneric);
-    let dir = std::env::temp_dir().join(format!("shedder-api-bench-{}", std::process::id()));
-    let socket = dir.join("control.sock");
-    let (ready_tx, ready) = std::sync::mpsc::channel();
-    let (stop_tx, mut stop) = tokio::sync::oneshot::channel::<()>();
-    let path = socket.clone();
-    let owner = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async move {
-            let mut listener = ControlSocket::bind(&path, None).unwrap();
-            let (handle, mut jobs) = DaemonHandle::channel(256);
-            let _server = listener.serve(handle, AccessPolicy::default());
-            ready_tx.send(()).unwrap();
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
-            loop {
-                tokio::select! {
-                    _ = &mut stop => break,
-                    _ = tick.tick() => { daemon.tick().unwrap(); }
-                    Some(job) = jobs.recv() => job(&mut daemon),
-                }
-            }
-        });
-    });
-    ready.recv().unwrap();
+    let daemon = Daemon::new(control, config, None, "none".into(), Attachment::XdpGeneric);
+    let owner = OwnerThread::start(daemon, "api-bench");
+    let socket = owner.socket().to_path_buf();
 
     println!("{:<8} {:>7} {:>10} {:>10} {:>10}", "op", "clients", "ops/s", "p50 µs", "p99 µs");
     for (name, request) in [("version", "{\"op\":\"version\"}\n"), ("status", "{\"op\":\"status\"}\n")] {
@@ -94,7 +73,5 @@ fn control_socket_round_trips() {
             );
         }
     }
-    stop_tx.send(()).unwrap();
-    owner.join().unwrap();
-    let _ = std::fs::remove_dir_all(&dir);
+    drop(owner);
 }

@@ -11,17 +11,14 @@ use std::{
 };
 
 use shedder_daemon::{
-    api::{
-        ctl::{self, CtlOp},
-        server::{AccessPolicy, ControlSocket},
-    },
+    api::ctl::{self, CtlOp},
     config::Config,
     control_loop::ControlLoop,
-    daemon::{Daemon, DaemonHandle},
+    daemon::Daemon,
     datapath::{AttachKind, Attachment},
     telemetry::gpu::NoGpu,
 };
-use shedder_tests::netns::Testbed;
+use shedder_tests::{netns::Testbed, owner::OwnerThread};
 
 const CONFIG: &str = r#"
 mode = "observe"
@@ -71,31 +68,10 @@ fn observe_then_enforce_one_class_then_roll_back() {
 
     let control =
         ControlLoop::new(datapath, plan, config.control().unwrap(), Box::new(NoGpu { reason: "test".into() }));
-    let mut daemon = Daemon::new(control, config, None, bed.server_if.clone(), Attachment::XdpNative);
-    let dir = std::env::temp_dir().join(format!("shedder-rollout-{}", std::process::id()));
-    let socket: PathBuf = dir.join("control.sock");
-    let (ready_tx, ready) = std::sync::mpsc::channel();
-    let (stop_tx, mut stop) = tokio::sync::oneshot::channel::<()>();
-    let server_path = socket.clone();
+    let daemon = Daemon::new(control, config, None, bed.server_if.clone(), Attachment::XdpNative);
     // The daemon's owner loop, as `shedder run` has it: ticks and jobs.
-    let owner = std::thread::spawn(move || {
-        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        runtime.block_on(async move {
-            let mut listener = ControlSocket::bind(&server_path, None).unwrap();
-            let (handle, mut jobs) = DaemonHandle::channel(64);
-            let _server = listener.serve(handle, AccessPolicy::default());
-            ready_tx.send(()).unwrap();
-            let mut tick = tokio::time::interval(Duration::from_millis(100));
-            loop {
-                tokio::select! {
-                    _ = &mut stop => break,
-                    _ = tick.tick() => { daemon.tick().unwrap(); }
-                    Some(job) = jobs.recv() => job(&mut daemon),
-                }
-            }
-        });
-    });
-    ready.recv().unwrap();
+    let owner = OwnerThread::start(daemon, "rollout");
+    let socket: PathBuf = owner.socket().to_path_buf();
 
     let attempts = |n: usize| -> usize {
         bed.client
@@ -122,8 +98,5 @@ fn observe_then_enforce_one_class_then_roll_back() {
     assert_eq!(attempts(3), 3);
     assert_eq!(counters(&socket, "api"), (13, 0, 4, 9));
 
-    stop_tx.send(()).unwrap();
-    owner.join().unwrap();
-    assert!(!socket.exists(), "the socket is removed with its server");
-    let _ = std::fs::remove_dir_all(&dir);
+    assert!(owner.stop(), "the socket is removed with its server");
 }
