@@ -1,0 +1,10 @@
+//! The failure drill (`cargo xtask drill`): a declared workload run through
+//! the real shedder between two network namespaces, once per mode, judged by
+//! completed-on-time.
+//!
+//! The library holds everything that is plain arithmetic and can be unit
+//! tested on the host: the workload file ([`workload`]), what a run records
+//! ([`record`]), and the report built from those records.
+
+pub mod record;
+pub mod workload;
