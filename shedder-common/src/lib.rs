@@ -6,6 +6,8 @@
 //! * [`verdict`]: what happens to a classified SYN, given mode, action and bucket.
 //! * [`checksum`]: the Internet checksum and its incremental update.
 //! * [`rewrite`]: the RST reply and the DSCP mark, byte for byte.
+//! * [`reference`] (host only): a model of the whole fast path, to test the program against.
+//! * [`watchdog`]: when the daemon's heartbeat is too old to keep shedding.
 //!
 //! The eBPF program calls these functions on its hot path and the host tests them
 //! exhaustively, so the arithmetic is written exactly once.
@@ -15,5 +17,8 @@ pub mod bucket;
 pub mod checksum;
 pub mod classify;
 pub mod maps;
+#[cfg(any(test, feature = "user"))]
+pub mod reference;
 pub mod rewrite;
 pub mod verdict;
+pub mod watchdog;

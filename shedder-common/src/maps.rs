@@ -27,6 +27,7 @@ pub mod names {
     pub const DST_PORTS: &str = "DST_PORTS";
     pub const DSCP_IN: &str = "DSCP_IN";
     pub const HEARTBEAT: &str = "HEARTBEAT";
+    pub const CLASS_IDS: &str = "CLASS_IDS";
 }
 
 /// Program names in the eBPF object.
@@ -95,11 +96,15 @@ pub struct GlobalConfig {
     /// [`rule_flags`] bits.
     pub rules_present: u8,
     pub _pad: [u8; 5],
+    /// The fail-open watchdog's timeout: once the daemon's heartbeat is older
+    /// than this, no SYN is shed (see [`crate::watchdog`]). 0 disables it,
+    /// and is the default, so a program driven without a daemon never fails open.
+    pub fail_open_after_ns: u64,
 }
 
 impl Default for GlobalConfig {
     fn default() -> Self {
-        Self { mode: Mode::Off as u8, default_class: 0, rules_present: 0, _pad: [0; 5] }
+        Self { mode: Mode::Off as u8, default_class: 0, rules_present: 0, _pad: [0; 5], fail_open_after_ns: 0 }
     }
 }
 
@@ -146,10 +151,14 @@ pub enum PassReason {
     TruncatedIpv4,
     TruncatedIpv6,
     TruncatedTcp,
+    /// A SYN passed uncharged because the daemon's heartbeat went stale.
+    FailOpen,
+    /// An IPv6 EtherType over a header whose version is not 6.
+    BadIpv6Header,
 }
 
 impl PassReason {
-    pub const COUNT: u32 = 12;
+    pub const COUNT: u32 = 14;
     pub const ALL: [PassReason; Self::COUNT as usize] = [
         Self::NotIp,
         Self::NotTcp,
@@ -163,6 +172,8 @@ impl PassReason {
         Self::TruncatedIpv4,
         Self::TruncatedIpv6,
         Self::TruncatedTcp,
+        Self::FailOpen,
+        Self::BadIpv6Header,
     ];
 
     /// Stable snake_case name, used in logs and metrics labels.
@@ -180,6 +191,8 @@ impl PassReason {
             Self::TruncatedIpv4 => "truncated_ipv4",
             Self::TruncatedIpv6 => "truncated_ipv6",
             Self::TruncatedTcp => "truncated_tcp",
+            Self::FailOpen => "fail_open",
+            Self::BadIpv6Header => "bad_ipv6_header",
         }
     }
 }
@@ -206,7 +219,8 @@ mod tests {
     #[test]
     fn layouts_have_no_implicit_padding() {
         assert_eq!(core::mem::size_of::<ClassConfig>(), 48);
-        assert_eq!(core::mem::size_of::<GlobalConfig>(), 8);
+        assert_eq!(core::mem::size_of::<GlobalConfig>(), 16);
+        assert_eq!(core::mem::align_of::<GlobalConfig>(), 8);
         assert_eq!(core::mem::size_of::<ClassCounters>(), 48);
     }
 }

@@ -27,6 +27,11 @@ pub const EMBEDDED_DEFAULT: &str = include_str!("../../config/shedder.toml");
 const MILLI: f64 = 1000.0;
 /// Largest rate, burst or cost accepted, in tokens: far beyond any NIC, far below overflow.
 const MAX_TOKENS: f64 = 1e12;
+/// The watchdog's timeout spans at least this many control ticks, so one slow
+/// tick on a busy host does not switch shedding off.
+const WATCHDOG_MIN_TICKS: u64 = 5;
+/// Beyond an hour a fail-open timeout protects nothing; 0 disables it instead.
+const WATCHDOG_MAX_MS: u64 = 3_600_000;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -89,6 +94,54 @@ pub struct Config {
     /// How often the endpoints are scraped, ms.
     #[serde(default = "default_scrape_interval_ms")]
     pub scrape_interval_ms: u64,
+    /// The fail-open watchdog (`[watchdog]`).
+    #[serde(default)]
+    pub watchdog: WatchdogSpec,
+}
+
+/// `[watchdog]`: when the fast path stops shedding because the daemon went quiet.
+#[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct WatchdogSpec {
+    /// Once the daemon's heartbeat (written every control tick) is older than
+    /// this, every packet passes and SYNs are counted `fail_open`, until
+    /// heartbeats return. 0 disables the watchdog: a dead daemon then leaves
+    /// its last budgets enforced.
+    #[serde(default = "default_fail_open_after_ms")]
+    pub fail_open_after_ms: u64,
+}
+
+impl Default for WatchdogSpec {
+    fn default() -> Self {
+        Self { fail_open_after_ms: default_fail_open_after_ms() }
+    }
+}
+
+fn default_fail_open_after_ms() -> u64 {
+    3000
+}
+
+impl WatchdogSpec {
+    /// The timeout in the datapath's unit (ns), checked against the control tick.
+    fn timeout_ns(&self, tick_ms: u64) -> Result<u64, ConfigError> {
+        let (ms, field) = (self.fail_open_after_ms, "watchdog.fail_open_after_ms");
+        let floor = tick_ms.saturating_mul(WATCHDOG_MIN_TICKS);
+        if ms == 0 {
+            Ok(0)
+        } else if ms < floor {
+            fail(
+                field,
+                format!(
+                    "{ms} ms is shorter than {WATCHDOG_MIN_TICKS} control ticks ({floor} ms with control.tick_ms = \
+                     {tick_ms}): one slow tick would stop shedding (0 disables the watchdog)"
+                ),
+            )
+        } else if ms > WATCHDOG_MAX_MS {
+            fail(field, format!("{ms} ms is over an hour, which protects nothing (0 disables the watchdog)"))
+        } else {
+            Ok(ms * 1_000_000)
+        }
+    }
 }
 
 fn default_scrape_interval_ms() -> u64 {
@@ -250,8 +303,12 @@ impl Config {
         let Some(default) = plan.class_names.iter().position(|n| *n == self.default_class) else {
             return fail("default_class", format!("no class is named \"{}\"", self.default_class));
         };
-        plan.global =
-            GlobalConfig { mode: Mode::from(self.mode) as u8, default_class: default as u8, ..GlobalConfig::default() };
+        plan.global = GlobalConfig {
+            mode: Mode::from(self.mode) as u8,
+            default_class: default as u8,
+            fail_open_after_ns: self.watchdog.timeout_ns(self.control.tick_ms)?,
+            ..GlobalConfig::default()
+        };
         for (i, rule) in self.rules.iter().enumerate() {
             add_rule(&mut plan, i, rule)?;
         }
@@ -548,6 +605,29 @@ mod tests {
                 .plan()
                 .unwrap_err();
         assert_eq!(err.field, "default_class");
+    }
+
+    #[test]
+    fn the_watchdog_defaults_to_three_seconds_and_zero_disables_it() {
+        assert_eq!(plan_of("").unwrap().global.fail_open_after_ns, 3_000_000_000);
+        let plan = plan_of("[watchdog]\nfail_open_after_ms = 1000").unwrap();
+        assert_eq!(plan.global.fail_open_after_ns, 1_000_000_000);
+        assert_eq!(plan_of("[watchdog]\nfail_open_after_ms = 0").unwrap().global.fail_open_after_ns, 0);
+    }
+
+    #[test]
+    fn a_watchdog_timeout_must_span_five_ticks_and_at_most_an_hour() {
+        for extra in [
+            "[watchdog]\nfail_open_after_ms = 499",
+            "[control]\ntick_ms = 1000\n[watchdog]\nfail_open_after_ms = 3000",
+            "[watchdog]\nfail_open_after_ms = 3600001",
+        ] {
+            let err = plan_of(extra).unwrap_err();
+            assert!(err.starts_with("watchdog.fail_open_after_ms:"), "{extra}: {err}");
+        }
+        assert!(plan_of("[watchdog]\nfail_open_after_ms = 500").is_ok(), "five ticks of 100 ms");
+        let err = format!("{:#}", Config::parse(&format!("{BASE}\n[watchdog]\nafter = 5")).unwrap_err());
+        assert!(err.contains("after"), "{err}");
     }
 
     #[test]

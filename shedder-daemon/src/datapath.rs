@@ -1,13 +1,21 @@
 //! The eBPF fast path from user space: load it, attach it, program its maps
 //! from a [`Plan`], and read its counters back.
 
-use std::{collections::BTreeMap, fmt};
+mod inherit;
 
-use anyhow::{Context as _, anyhow};
+use std::{collections::BTreeMap, fmt, path::Path};
+
+use anyhow::{Context as _, anyhow, bail};
 use aya::{
-    Ebpf, Pod,
+    Ebpf, EbpfLoader, Pod,
     maps::{Array, LpmTrie, Map, PerCpuArray, PerCpuValues, lpm_trie::Key},
-    programs::{SchedClassifier, TcAttachType, Xdp, XdpMode, tc},
+    programs::{
+        ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode,
+        links::{FdLink, PinnedLink},
+        tc::{self, SchedClassifierLink, SchedClassifierLinkId},
+        xdp::{XdpLink, XdpLinkId},
+    },
+    sys::SyscallError,
     util::KernelVersion,
 };
 use shedder_common::{
@@ -16,7 +24,13 @@ use shedder_common::{
     maps::{ClassConfig, ClassCounters, GlobalConfig, MAX_CLASSES, PassReason, names, programs},
 };
 
-use crate::{clock::monotonic_ns, config::Plan};
+use tracing::{info, warn};
+
+use crate::{
+    clock::monotonic_ns,
+    config::Plan,
+    pin::{PINNED_MAPS, PinDir},
+};
 
 /// The object built from `shedder-ebpf` by this crate's build script.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/shedder"));
@@ -37,6 +51,25 @@ pub enum Attachment {
     XdpGeneric,
     Tcx,
     TcClsact,
+}
+
+impl Attachment {
+    pub fn kind(self) -> AttachKind {
+        match self {
+            Self::XdpNative | Self::XdpGeneric => AttachKind::Xdp,
+            Self::Tcx | Self::TcClsact => AttachKind::Tc,
+        }
+    }
+}
+
+impl AttachKind {
+    /// As the command line spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Xdp => "xdp",
+            Self::Tc => "tc",
+        }
+    }
 }
 
 impl fmt::Display for Attachment {
@@ -60,11 +93,43 @@ pub struct ClassSnapshot {
     pub bucket: BucketParams,
 }
 
-/// The loaded programs and their maps. Dropping it detaches everything.
+/// The loaded programs and their maps. Dropping it detaches everything that
+/// is not pinned.
 pub struct Datapath {
     ebpf: Ebpf,
     /// What the maps hold now; `None` until the first [`Datapath::apply`].
     applied: Option<Plan>,
+    pinning: Option<Pinning>,
+}
+
+/// A datapath whose maps (and link, where it has one) are pinned.
+struct Pinning {
+    dir: PinDir,
+    /// The maps came from a previous run: the first apply starts from what
+    /// they hold instead of from nothing.
+    taken_over: bool,
+    /// This run made the directory; until it has attached, failing removes it.
+    created: bool,
+    attached: bool,
+    /// The program stays attached when this process exits.
+    link_pinned: bool,
+}
+
+impl Drop for Pinning {
+    fn drop(&mut self) {
+        if self.created
+            && !self.attached
+            && let Err(e) = self.dir.remove()
+        {
+            warn!("removing {} after a failed start: {e:#}", self.dir.path().display());
+        }
+    }
+}
+
+/// A link [`Datapath::attach`] just made, not yet pinned.
+enum NewLink {
+    Xdp(XdpLinkId),
+    Tc(SchedClassifierLinkId),
 }
 
 fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut Map> {
@@ -76,14 +141,50 @@ fn map<'a>(ebpf: &'a Ebpf, name: &str) -> anyhow::Result<&'a Map> {
 }
 
 impl Datapath {
-    /// Loads both programs into the kernel (the verifier checks them now).
+    /// Loads both programs into the kernel (the verifier checks them now),
+    /// with maps of their own that go when this does.
     pub fn load() -> anyhow::Result<Self> {
-        let mut ebpf = Ebpf::load(OBJECT).context("loading the shedder eBPF object")?;
+        let ebpf = Ebpf::load(OBJECT).context("loading the shedder eBPF object")?;
+        Self::load_programs(ebpf, None)
+    }
+
+    /// Loads both programs against the maps pinned in `dir`, pinning new ones
+    /// where there are none, for attaching as `kind`. Maps a previous run left
+    /// keep their state; maps laid out for another version, or a link of
+    /// another kind, are refused before anything is loaded or written.
+    pub fn load_pinned(dir: PinDir, kind: AttachKind) -> anyhow::Result<Self> {
+        let created = dir.prepare()?;
+        if let Some((attachment, path)) = dir.pinned_link()
+            && attachment.kind() != kind
+        {
+            bail!(
+                "{} holds a {attachment} link but --attach {} was asked; run `shedder detach --iface {}` first",
+                path.display(),
+                kind.name(),
+                dir.iface()
+            );
+        }
+        dir.check_layout(OBJECT)?;
+        let taken_over = dir.holds_maps();
+        let paths: Vec<_> = PINNED_MAPS.iter().map(|name| (*name, dir.map_path(name))).collect();
+        let mut loader = EbpfLoader::new();
+        for (name, path) in &paths {
+            loader.map_pin_path(name, path.as_path());
+        }
+        // From here on, dropping `pinning` removes a directory this run made.
+        let pinning = Pinning { dir, taken_over, created, attached: false, link_pinned: false };
+        let ebpf = loader.load(OBJECT).with_context(|| {
+            format!("loading the shedder eBPF object with maps in {}", pinning.dir.path().display())
+        })?;
+        Self::load_programs(ebpf, Some(pinning))
+    }
+
+    fn load_programs(mut ebpf: Ebpf, pinning: Option<Pinning>) -> anyhow::Result<Self> {
         let xdp: &mut Xdp = ebpf.program_mut(programs::XDP).context("no XDP program")?.try_into()?;
         xdp.load().map_err(explain_old_kernel).context("loading the XDP program (verifier)")?;
         let tc: &mut SchedClassifier = ebpf.program_mut(programs::TC).context("no TC program")?.try_into()?;
         tc.load().map_err(explain_old_kernel).context("loading the TC program (verifier)")?;
-        Ok(Self { ebpf, applied: None })
+        Ok(Self { ebpf, applied: None, pinning })
     }
 
     /// Starts forwarding the fast path's rare diagnostics to the `log` crate.
@@ -99,52 +200,148 @@ impl Datapath {
         self.ebpf.program(programs::TC).and_then(|p| p.try_into().ok()).expect("loaded in load()")
     }
 
-    /// Attaches to `iface`; XDP tries native mode first and falls back to generic.
+    /// Attaches to `iface`; XDP tries native mode first and falls back to
+    /// generic. When pinned, a link a previous run left gets this program
+    /// swapped in atomically (the interface is never without one), and a new
+    /// link is pinned, where the hook has one.
     pub fn attach(&mut self, iface: &str, kind: AttachKind) -> anyhow::Result<Attachment> {
+        // load_pinned made sure a pinned link is of the kind asked.
+        if let Some((attachment, path)) = self.pinning.as_ref().and_then(|p| p.dir.pinned_link()) {
+            match self.take_over_link(attachment, &path) {
+                Ok(()) => {
+                    info!(link = %path.display(), "swapped this program into the pinned link");
+                    return Ok(self.attached(attachment, true));
+                }
+                // The interface it was attached to is gone (deleted, or made anew).
+                Err(e) if is_defunct(&e) => {
+                    warn!(link = %path.display(), "the pinned link's interface is gone; attaching anew");
+                    std::fs::remove_file(&path).with_context(|| format!("unpinning {}", path.display()))?;
+                }
+                Err(e) => return Err(e.context(format!("taking over the link pinned at {}", path.display()))),
+            }
+        }
+        let (attachment, link) = self.attach_new(iface, kind)?;
+        let Some(pinning) = &self.pinning else { return Ok(attachment) };
+        let pinned = match pinning.dir.link_path(attachment) {
+            Some(path) => {
+                self.pin_link(link, &path)?;
+                true
+            }
+            None => {
+                warn!(
+                    "{attachment} has no bpf_link to pin (TCX needs Linux 6.6): the program detaches when the \
+                     daemon exits and a restart attaches it again; the pinned maps still keep buckets and counters"
+                );
+                false
+            }
+        };
+        Ok(self.attached(attachment, pinned))
+    }
+
+    fn attached(&mut self, attachment: Attachment, link_pinned: bool) -> Attachment {
+        if let Some(pinning) = &mut self.pinning {
+            pinning.attached = true;
+            pinning.link_pinned = link_pinned;
+        }
+        attachment
+    }
+
+    /// The pin directory, when the program stays attached after the daemon exits.
+    pub fn pinned_link_dir(&self) -> Option<&Path> {
+        self.pinning.as_ref().filter(|p| p.link_pinned).map(|p| p.dir.path())
+    }
+
+    fn xdp_mut(&mut self) -> anyhow::Result<&mut Xdp> {
+        Ok(self.ebpf.program_mut(programs::XDP).context("no XDP program")?.try_into()?)
+    }
+
+    fn tc_mut(&mut self) -> anyhow::Result<&mut SchedClassifier> {
+        Ok(self.ebpf.program_mut(programs::TC).context("no TC program")?.try_into()?)
+    }
+
+    fn attach_new(&mut self, iface: &str, kind: AttachKind) -> anyhow::Result<(Attachment, NewLink)> {
         match kind {
             AttachKind::Xdp => {
-                let xdp: &mut Xdp = self.ebpf.program_mut(programs::XDP).context("no XDP program")?.try_into()?;
+                let xdp = self.xdp_mut()?;
                 match xdp.attach(iface, XdpMode::Driver) {
-                    Ok(_) => Ok(Attachment::XdpNative),
+                    Ok(id) => Ok((Attachment::XdpNative, NewLink::Xdp(id))),
                     Err(native) => {
-                        xdp.attach(iface, XdpMode::Skb).with_context(|| {
+                        let id = xdp.attach(iface, XdpMode::Skb).with_context(|| {
                             format!("attaching XDP to {iface}: native mode failed ({native}), generic mode too")
                         })?;
-                        Ok(Attachment::XdpGeneric)
+                        Ok((Attachment::XdpGeneric, NewLink::Xdp(id)))
                     }
                 }
             }
             AttachKind::Tc => {
-                let prog: &mut SchedClassifier =
-                    self.ebpf.program_mut(programs::TC).context("no TC program")?.try_into()?;
+                let prog = self.tc_mut()?;
                 // aya picks TCX on kernels >= 6.6; older ones need a clsact qdisc.
                 match prog.attach(iface, TcAttachType::Ingress) {
-                    Ok(_) if has_tcx() => Ok(Attachment::Tcx),
-                    Ok(_) => Ok(Attachment::TcClsact),
+                    Ok(id) if has_tcx() => Ok((Attachment::Tcx, NewLink::Tc(id))),
+                    Ok(id) => Ok((Attachment::TcClsact, NewLink::Tc(id))),
                     Err(first) => {
                         if let Err(e) = tc::qdisc_add_clsact(iface)
                             && !matches!(&e, tc::TcError::AlreadyAttached)
                         {
                             return Err(anyhow!("attaching TC to {iface}: {first}; adding clsact: {e}"));
                         }
-                        prog.attach_with_options(
-                            iface,
-                            TcAttachType::Ingress,
-                            tc::TcAttachOptions::Netlink(Default::default()),
-                        )
-                        .with_context(|| format!("attaching TC to {iface} (after {first})"))?;
-                        Ok(Attachment::TcClsact)
+                        let id = prog
+                            .attach_with_options(
+                                iface,
+                                TcAttachType::Ingress,
+                                tc::TcAttachOptions::Netlink(Default::default()),
+                            )
+                            .with_context(|| format!("attaching TC to {iface} (after {first})"))?;
+                        Ok((Attachment::TcClsact, NewLink::Tc(id)))
                     }
                 }
             }
         }
     }
 
+    /// Pins a new link. From then on the pin is its only reference: the
+    /// program stays attached after this process exits, until `shedder detach`.
+    fn pin_link(&mut self, link: NewLink, path: &Path) -> anyhow::Result<()> {
+        let link: FdLink = match link {
+            NewLink::Xdp(id) => self.xdp_mut()?.take_link(id)?.try_into()?,
+            NewLink::Tc(id) => self.tc_mut()?.take_link(id)?.try_into()?,
+        };
+        link.pin(path).with_context(|| format!("pinning the link at {}", path.display()))?;
+        Ok(())
+    }
+
+    /// Swaps this program into a pinned link with one `bpf_link_update`, then
+    /// lets go of it: as with [`Self::pin_link`], the pin stays its only
+    /// reference, so `shedder detach` works the same whichever run attached.
+    fn take_over_link(&mut self, attachment: Attachment, path: &Path) -> anyhow::Result<()> {
+        let link = FdLink::from(PinnedLink::from_pin(path)?);
+        match attachment {
+            Attachment::XdpNative | Attachment::XdpGeneric => {
+                let xdp = self.xdp_mut()?;
+                let id = xdp.attach_to_link(XdpLink::try_from(link)?)?;
+                drop(xdp.take_link(id)?);
+            }
+            Attachment::Tcx => {
+                let tc = self.tc_mut()?;
+                let id = tc.attach_to_link(SchedClassifierLink::try_from(link)?)?;
+                drop(tc.take_link(id)?);
+            }
+            Attachment::TcClsact => bail!("a clsact attachment has no link to take over"),
+        }
+        Ok(())
+    }
+
     /// Makes the maps hold `plan`, writing only what differs from the last
     /// plan applied. Bucket state survives: a class whose budget changes keeps
     /// the tokens it has spent, rescaled to the new rate.
+    /// After taking pinned maps over, the first apply starts from what they hold.
     pub fn apply(&mut self, plan: &Plan) -> anyhow::Result<()> {
-        let previous = self.applied.take();
+        let previous = match self.applied.take() {
+            None if self.pinning.as_ref().is_some_and(|p| p.taken_over) => {
+                Some(inherit::previous_plan(&self.ebpf, plan).context("reading the pinned maps back")?)
+            }
+            applied => applied,
+        };
         let result = self.write_plan(previous.as_ref(), plan);
         self.applied = if result.is_ok() { Some(plan.clone()) } else { previous };
         result
@@ -212,8 +409,12 @@ impl Datapath {
             buckets.set(slot, tat, 0)?;
         }
         let mut classes: Array<_, ClassConfig> = Array::try_from(map_mut(&mut self.ebpf, names::CLASSES)?)?;
-        for (slot, new, _) in changed {
-            classes.set(slot, new, 0)?;
+        for (slot, new, _) in &changed {
+            classes.set(*slot, *new, 0)?;
+        }
+        let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, names::CLASS_IDS)?)?;
+        for (slot, ..) in changed {
+            ids.set(slot, plan.class_names.get(slot as usize).map_or(0, |name| inherit::class_id(name)), 0)?;
         }
         Ok(())
     }
@@ -315,6 +516,14 @@ fn explain_old_kernel(error: aya::programs::ProgramError) -> anyhow::Error {
     }
 }
 
+/// Whether a link update failed because the link's interface no longer exists.
+fn is_defunct(error: &anyhow::Error) -> bool {
+    matches!(
+        error.downcast_ref::<ProgramError>(),
+        Some(ProgramError::SyscallError(SyscallError { io_error, .. })) if io_error.raw_os_error() == Some(libc::ENOLINK)
+    )
+}
+
 /// Whether aya attached TC through TCX (kernels >= 6.6) rather than clsact.
 fn has_tcx() -> bool {
     KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0))
@@ -345,13 +554,15 @@ fn sync_lpm<A: Pod + Ord>(
     new: &BTreeMap<(u32, A), RuleTarget>,
 ) -> anyhow::Result<()> {
     let mut trie: LpmTrie<_, A, RuleTarget> = LpmTrie::try_from(map)?;
+    // Stale entries go first: a trie filled to capacity has no room for a
+    // new entry until they are gone (inserting first failed with ENOSPC).
+    for (len, addr) in old.keys().filter(|k| !new.contains_key(k)) {
+        trie.remove(&Key::new(*len, *addr))?;
+    }
     for ((len, addr), target) in new {
         if old.get(&(*len, *addr)) != Some(target) {
             trie.insert(&Key::new(*len, *addr), *target, 0)?;
         }
-    }
-    for (len, addr) in old.keys().filter(|k| !new.contains_key(k)) {
-        trie.remove(&Key::new(*len, *addr))?;
     }
     Ok(())
 }

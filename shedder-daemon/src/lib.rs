@@ -3,6 +3,7 @@
 //!
 //! * [`config`]: the configuration file and its validation into a [`config::Plan`].
 //! * [`datapath`]: loading, attaching and programming the eBPF fast path.
+//! * [`pin`]: the maps and link pinned in bpffs, so the fast path outlives the daemon.
 //! * [`telemetry`]: GPU readings, pushed samples and scraped exporters.
 //! * [`estimate`]: per-class sliding-window quantiles of queue age and service time.
 //! * [`control`]: deadline slack, the budget law and the GPU gate.
@@ -12,6 +13,7 @@
 //! * [`admit`]: job-level admission for servers that want a per-request answer.
 //! * [`metrics`]: Prometheus distributions and the /metrics endpoint.
 //! * [`report`]: the periodic counters log.
+//! * [`privilege`]: the capabilities kept once attached, and dropping the rest.
 //! * [`clock`]: the clock the fast path's buckets run on.
 
 pub mod admit;
@@ -24,5 +26,7 @@ pub mod daemon;
 pub mod datapath;
 pub mod estimate;
 pub mod metrics;
+pub mod pin;
+pub mod privilege;
 pub mod report;
 pub mod telemetry;

@@ -10,11 +10,14 @@ use shedder_daemon::{
         self,
         server::{AccessPolicy, ControlSocket},
     },
+    clock,
     config::{Config, ControlSetup},
     control_loop::ControlLoop,
     daemon::{Daemon, DaemonHandle},
     datapath::{AttachKind, Datapath},
-    metrics, report,
+    metrics,
+    pin::{self, PinDir},
+    privilege, report,
     telemetry::{ClassObservations, gpu::open_gpu_source, scrape::Scraper},
 };
 use tokio::{
@@ -62,6 +65,18 @@ enum Command {
         /// A gid that may change the configuration (the peer's primary group).
         #[arg(long)]
         admin_gid: Option<u32>,
+        #[command(flatten)]
+        pinning: PinArgs,
+    },
+    /// Detach the fast path a pinned run left on an interface, and remove its
+    /// pinned maps (counters and bucket state go with them).
+    Detach {
+        /// Interface to detach from.
+        #[arg(long)]
+        iface: String,
+        /// Directory the run pinned under (one subdirectory per interface).
+        #[arg(long, default_value = pin::DEFAULT_ROOT)]
+        pin_root: PathBuf,
     },
     /// Talk to a running daemon through its control socket.
     Ctl(api::ctl::CtlArgs),
@@ -70,6 +85,25 @@ enum Command {
         /// Configuration file (TOML); the embedded default when absent.
         config: Option<PathBuf>,
     },
+}
+
+#[derive(clap::Args)]
+struct PinArgs {
+    /// Directory the maps and the link are pinned under, one subdirectory per
+    /// interface. Pinned, the program stays attached when the daemon stops
+    /// (failing open once heartbeats stop) and a restart keeps its state.
+    #[arg(long, default_value = pin::DEFAULT_ROOT)]
+    pin_root: PathBuf,
+    /// Pin nothing: the program detaches when the daemon exits, and a restart
+    /// starts from full buckets and zero counters.
+    #[arg(long, conflicts_with = "pin_root")]
+    no_pin: bool,
+}
+
+impl PinArgs {
+    fn dir(&self, iface: &str) -> anyhow::Result<Option<PinDir>> {
+        (!self.no_pin).then(|| PinDir::new(&self.pin_root, iface)).transpose()
+    }
 }
 
 fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
@@ -97,6 +131,14 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Ctl(args) => std::process::exit(api::ctl::run(&args)),
+        Command::Detach { iface, pin_root } => {
+            let dir = PinDir::new(&pin_root, &iface)?;
+            if !dir.remove()? {
+                anyhow::bail!("nothing is pinned for {iface} (no {})", dir.path().display());
+            }
+            println!("detached from {iface}; removed {}", dir.path().display());
+            Ok(())
+        }
         Command::Run {
             iface,
             attach,
@@ -107,6 +149,7 @@ fn main() -> anyhow::Result<()> {
             socket_group,
             admin_uid,
             admin_gid,
+            pinning,
         } => {
             // Validate everything before touching the kernel: a bad file attaches nothing.
             let config_path = config;
@@ -114,10 +157,11 @@ fn main() -> anyhow::Result<()> {
             config.plan().context("invalid config; nothing was attached")?;
             config.control().context("invalid config; nothing was attached")?;
             let group = socket_group.as_deref().map(resolve_group).transpose()?;
+            let hook = Hook { kind: attach, pins: pinning.dir(&iface)? };
             let control = ControlOptions { socket, group, access: AccessPolicy { admin_uid, admin_gid } };
             tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(
                 &iface,
-                attach,
+                hook,
                 config,
                 config_path,
                 Duration::from_secs_f64(report_every),
@@ -126,6 +170,13 @@ fn main() -> anyhow::Result<()> {
             ))
         }
     }
+}
+
+/// How the fast path is attached, and whether it outlives the daemon.
+struct Hook {
+    kind: AttachKind,
+    /// Where its maps and link are pinned; `None` with --no-pin.
+    pins: Option<PinDir>,
 }
 
 /// Where the control socket goes and who may use it.
@@ -148,7 +199,7 @@ fn resolve_group(name: &str) -> anyhow::Result<u32> {
 
 async fn run(
     iface: &str,
-    attach: AttachKind,
+    hook: Hook,
     config: Config,
     config_path: Option<PathBuf>,
     report_every: Duration,
@@ -158,18 +209,31 @@ async fn run(
     let plan = config.plan().context("invalid config; nothing was attached")?;
     let setup = config.control().context("invalid config; nothing was attached")?;
     // Signal handlers first: from the moment the program is attached, a
-    // SIGINT or SIGTERM must detach it, never kill the daemon outright.
+    // SIGINT or SIGTERM must end the daemon cleanly (detaching the program
+    // unless it is pinned), never kill it outright.
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     // Bound before attaching: a busy port fails the start, not a scrape later.
     let metrics_listener = metrics::bind(metrics_addr).await?;
     // The control socket too: a path we cannot bind attaches nothing.
     let mut socket = ControlSocket::bind(&options.socket, options.group)?;
-    let mut datapath = Datapath::load()?;
+    let pins = match hook.pins {
+        Some(dir) if !dir.can_outlive_the_daemon()? => None,
+        pins => pins,
+    };
+    let mut datapath = match pins {
+        Some(dir) => Datapath::load_pinned(dir, hook.kind)?,
+        None => Datapath::load()?,
+    };
     forward_ebpf_logs(&mut datapath);
+    // Arms the fail-open watchdog before the config can enforce anything: a
+    // daemon killed before its first tick must not leave budgets enforced.
+    datapath.write_heartbeat(clock::monotonic_ns()).context("writing the first heartbeat")?;
     datapath.apply(&plan).context("writing the config into the maps")?;
-    let attachment = datapath.attach(iface, attach)?;
+    let attachment = datapath.attach(iface, hook.kind)?;
     info!(iface, attachment = %attachment, classes = plan.classes.len(), "attached");
+    // Everything privileged is done; from here on the daemon works through the fds it holds.
+    privilege::drop_unneeded(attachment).context("dropping capabilities")?;
 
     let tick_every = Duration::from_millis(setup.controller.params().tick_ms);
     let (scraped_tx, mut scraped) = tokio::sync::mpsc::channel(16);
@@ -205,8 +269,12 @@ async fn run(
     drop(socket);
     // The last word on what the fast path did, before it goes away.
     log_counters(daemon.control().datapath());
+    let pinned = daemon.control().datapath().pinned_link_dir().map(|dir| dir.display().to_string());
     drop(daemon);
-    info!(iface, "detached; exiting");
+    match pinned {
+        Some(dir) => info!(iface, pinned = dir, "exiting; the fast path stays attached (`shedder detach` removes it)"),
+        None => info!(iface, "detached; exiting"),
+    }
     Ok(())
 }
 

@@ -4,170 +4,16 @@
 //! invalid change leaves the maps' plan, the config and its version as they
 //! were). `shedder ctl` is run as a user would, for its output and exit codes.
 
+mod common;
+
+use common::{Bed, CONFIG, Client, kernel_maps};
 use serde_json::{Value, json};
 use std::{
-    io::{BufRead, BufReader, Write},
+    io::Write,
     os::unix::net::UnixStream,
-    path::{Path, PathBuf},
-    process::{Command, Stdio},
+    process::Command,
     time::{Duration, Instant},
 };
-
-const CONFIG: &str = r#"
-mode = "observe"
-default_class = "web"
-
-[[class]]
-name = "web"
-rate = 100
-burst = 10
-action = "reject"
-
-[[class]]
-name = "batch"
-rate = 5
-burst = 5
-action = "drop"
-
-[[class]]
-name = "chat"
-rate = 20
-burst = 4
-action = "mark"
-mark_dscp = 10
-deadline_ms = 2000
-
-[[rule]]
-class = "batch"
-dst_port = 8001
-"#;
-
-/// A netns with a veth, the daemon on it, and a private socket directory.
-struct Bed {
-    ns: String,
-    dir: PathBuf,
-    child: std::process::Child,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip (iproute2) runs");
-    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-}
-
-impl Bed {
-    fn start(tag: &str) -> Self {
-        let ns = format!("shapi{tag}{}", std::process::id());
-        ip(&["netns", "add", &ns]);
-        ip(&["-n", &ns, "link", "set", "lo", "up"]);
-        ip(&["-n", &ns, "link", "add", "veth-in", "type", "veth", "peer", "name", "veth-out"]);
-        ip(&["-n", &ns, "link", "set", "veth-in", "up"]);
-        ip(&["-n", &ns, "link", "set", "veth-out", "up"]);
-        let dir = std::env::temp_dir().join(format!("shedder-api-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("shedder.toml"), CONFIG).unwrap();
-        // Let `nobody` reach the socket's directory.
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let socket = dir.join("control.sock");
-        // A stale socket from a daemon that died: replaced at start.
-        drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
-        let child = Command::new("ip")
-            .args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_shedder"), "run", "--iface", "veth-in"])
-            .args(["--report-every", "60", "--socket-group", "nogroup", "--config"])
-            .arg(dir.join("shedder.toml"))
-            .arg("--socket")
-            .arg(&socket)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let bed = Bed { ns, dir, child };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while UnixStream::connect(bed.socket()).is_err() {
-            assert!(Instant::now() < deadline, "the control socket never came up");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        bed
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.dir.join("control.sock")
-    }
-
-    fn connect(&self) -> Client {
-        Client::new(&self.socket())
-    }
-
-    /// `shedder ctl` (as `user`, when given): exit code, stdout, stderr.
-    fn ctl(&self, user: Option<&str>, args: &[&str]) -> (i32, String, String) {
-        let mut cmd = match user {
-            Some(user) => {
-                let mut c = Command::new("setpriv");
-                c.args(["--reuid", user, "--regid", "nogroup", "--clear-groups", env!("CARGO_BIN_EXE_shedder")]);
-                c
-            }
-            None => Command::new(env!("CARGO_BIN_EXE_shedder")),
-        };
-        let out = cmd.arg("ctl").arg("--socket").arg(self.socket()).args(args).output().unwrap();
-        (
-            out.status.code().unwrap_or(-1),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    }
-}
-
-impl Drop for Bed {
-    fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let _ = self.child.wait();
-        }
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// One connection, many requests.
-struct Client {
-    write: UnixStream,
-    read: BufReader<UnixStream>,
-}
-
-impl Client {
-    fn new(path: &Path) -> Self {
-        let stream = UnixStream::connect(path).unwrap();
-        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-        Self { write: stream.try_clone().unwrap(), read: BufReader::new(stream) }
-    }
-
-    fn line(&mut self, line: &[u8]) -> Value {
-        self.write.write_all(line).unwrap();
-        self.write.write_all(b"\n").unwrap();
-        let mut answer = String::new();
-        self.read.read_line(&mut answer).unwrap();
-        serde_json::from_str(&answer).unwrap_or_else(|e| panic!("{e}: {answer:?}"))
-    }
-
-    fn call(&mut self, request: Value) -> Value {
-        self.line(request.to_string().as_bytes())
-    }
-
-    fn ok(&mut self, request: Value) -> Value {
-        let answer = self.call(request.clone());
-        assert_eq!(answer["ok"], json!(true), "{request} -> {answer}");
-        answer
-    }
-
-    fn err(&mut self, request: Value, code: &str) -> Value {
-        let answer = self.call(request.clone());
-        assert_eq!(answer["ok"], json!(false), "{request} -> {answer}");
-        assert_eq!(answer["error"]["code"], json!(code), "{request} -> {answer}");
-        assert!(!answer["error"]["message"].as_str().unwrap().is_empty());
-        answer
-    }
-}
 
 fn class<'a>(status: &'a Value, name: &str) -> &'a Value {
     status["classes"].as_array().unwrap().iter().find(|c| c["name"] == json!(name)).unwrap()
@@ -175,7 +21,7 @@ fn class<'a>(status: &'a Value, name: &str) -> &'a Value {
 
 #[test]
 fn every_op_with_good_and_bad_input_on_one_connection() {
-    let bed = Bed::start("ops");
+    let bed = Bed::start("ops", CONFIG);
     let mut c = bed.connect();
 
     // Read-only ops.
@@ -304,7 +150,7 @@ fn every_op_with_good_and_bad_input_on_one_connection() {
 
 #[test]
 fn two_hundred_concurrent_clients_mixing_reads_and_writes() {
-    let bed = Bed::start("conc");
+    let bed = Bed::start("conc", CONFIG);
     let socket = bed.socket();
     // Clients that hold the line up: one silent, one mid-line, one that
     // pipelines requests and never reads its answers.
@@ -351,7 +197,7 @@ fn two_hundred_concurrent_clients_mixing_reads_and_writes() {
 
 #[test]
 fn an_unprivileged_client_may_read_and_feed_but_not_change_the_config() {
-    let bed = Bed::start("priv");
+    let bed = Bed::start("priv", CONFIG);
     let mode = std::fs::metadata(bed.socket()).unwrap();
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     assert_eq!(mode.permissions().mode() & 0o777, 0o660, "0660 with a group");
@@ -400,56 +246,9 @@ fn an_unprivileged_client_may_read_and_feed_but_not_change_the_config() {
     assert_eq!(out.status.code(), Some(4), "unreachable");
 }
 
-/// The daemon's configuration maps and bucket states, read from the kernel
-/// through the map fds its process holds (`/proc/PID/fdinfo` names their ids).
-fn kernel_maps(pid: u32) -> String {
-    use aya::maps::{Array, Map, MapData, MapInfo, lpm_trie::LpmTrie};
-    use shedder_common::maps::{ClassConfig, GlobalConfig, names};
-    let mut ids = Vec::new();
-    for entry in std::fs::read_dir(format!("/proc/{pid}/fdinfo")).unwrap() {
-        let info = std::fs::read_to_string(entry.unwrap().path()).unwrap_or_default();
-        if let Some(id) = info.lines().find_map(|l| l.strip_prefix("map_id:")) {
-            ids.push(id.trim().parse::<u32>().unwrap());
-        }
-    }
-    ids.sort();
-    ids.dedup();
-    let mut out = std::collections::BTreeMap::new();
-    for id in ids {
-        let name = MapInfo::from_id(id).unwrap().name_as_str().unwrap_or("").to_string();
-        let map = || Map::from_map_data(MapData::from_id(id).unwrap()).unwrap();
-        let dump = match name.as_str() {
-            n if n == names::CLASSES => {
-                format!("{:?}", Array::<_, ClassConfig>::try_from(map()).unwrap().iter().collect::<Vec<_>>())
-            }
-            n if n == names::GLOBAL => {
-                format!("{:?}", Array::<_, GlobalConfig>::try_from(map()).unwrap().iter().collect::<Vec<_>>())
-            }
-            n if n == names::BUCKETS => {
-                format!("{:?}", Array::<_, u64>::try_from(map()).unwrap().iter().collect::<Vec<_>>())
-            }
-            n if n == names::DST_PORTS || n == names::DSCP_IN => {
-                format!("{:?}", Array::<_, u32>::try_from(map()).unwrap().iter().collect::<Vec<_>>())
-            }
-            n if n == names::SRC_V4 => {
-                let trie = LpmTrie::<_, [u8; 4], u32>::try_from(map()).unwrap();
-                format!("{:?}", trie.iter().map(|r| r.map(|(k, v)| (k.prefix_len(), k.data(), v))).collect::<Vec<_>>())
-            }
-            n if n == names::SRC_V6 => {
-                let trie = LpmTrie::<_, [u8; 16], u32>::try_from(map()).unwrap();
-                format!("{:?}", trie.iter().map(|r| r.map(|(k, v)| (k.prefix_len(), k.data(), v))).collect::<Vec<_>>())
-            }
-            _ => continue,
-        };
-        out.insert(name, dump);
-    }
-    assert_eq!(out.len(), 7, "the daemon's maps: {:?}", out.keys());
-    format!("{out:?}")
-}
-
 #[test]
 fn an_invalid_change_leaves_the_maps_and_the_version_as_they_were() {
-    let bed = Bed::start("atom");
+    let bed = Bed::start("atom", CONFIG);
     let mut c = bed.connect();
     let snapshot = |c: &mut Client| {
         let status = c.ok(json!({"op": "status"}));

@@ -1,6 +1,7 @@
 //! The `shedder` binary as an operator meets it: a bad config is refused with
 //! the field named and nothing attached; a good one attaches, reports the mode
-//! it got, and detaches cleanly on SIGTERM and SIGINT.
+//! it got, and, run with `--no-pin`, detaches cleanly on SIGTERM and SIGINT.
+//! (Pinned runs, which stay attached, are tested in restart.rs.)
 
 use aya::programs::{SchedClassifier, TcAttachType};
 use std::{
@@ -100,12 +101,12 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Starts the daemon, waits for its "attached" line, checks the hook, stops
-/// it with `signal`, and checks it exited cleanly and left nothing behind.
+/// Starts an unpinned daemon, waits for its "attached" line, checks the hook,
+/// stops it with `signal`, and checks it exited cleanly and left nothing behind.
 fn run_and_stop(attach: &str, signal: nix::sys::signal::Signal, expect_mode: &str) {
     let sandbox = Sandbox::new(attach);
     let mut child = sandbox
-        .shedder(&["run", "--iface", sandbox.iface, "--attach", attach, "--report-every", "60"])
+        .shedder(&["run", "--iface", sandbox.iface, "--attach", attach, "--report-every", "60", "--no-pin"])
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

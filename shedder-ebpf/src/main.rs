@@ -2,7 +2,8 @@
 //!
 //! Split like Katran's balancer: [`parse`] finds a bare SYN, [`classify`] maps
 //! it to a class, [`bucket`] charges the class's token bucket, [`act`] rewrites
-//! the packet for reject and mark. The XDP and TC entry points below share all
+//! the packet for reject and mark; [`watchdog`] stops all shedding while the
+//! daemon's heartbeat is stale. The XDP and TC entry points below share all
 //! of it and differ only in how they send a reply.
 #![no_std]
 #![no_main]
@@ -16,6 +17,7 @@ mod counters;
 mod frame;
 mod maps;
 mod parse;
+mod watchdog;
 
 use aya_ebpf::{
     EbpfContext,
@@ -27,7 +29,7 @@ use aya_ebpf::{
 use aya_log_ebpf::warn;
 use shedder_common::{
     classify::effective_mode,
-    maps::Action,
+    maps::{Action, PassReason},
     verdict::{Outcome, charges_bucket, decide},
 };
 
@@ -60,7 +62,14 @@ fn admit<C: EbpfContext>(ctx: &C, frame: &Frame) -> Verdict {
         return Verdict::Pass;
     };
     let mode = effective_mode(global.mode, config.mode);
-    let fits = !charges_bucket(mode)
+    let charged = charges_bucket(mode);
+    // Only a SYN that could be shed asks the watchdog: established flows and
+    // off-mode classes pay nothing for it.
+    if charged && watchdog::fails_open(global) {
+        counters::count_pass(PassReason::FailOpen);
+        return Verdict::Pass;
+    }
+    let fits = !charged
         || match bucket::charge_class(class, &config.bucket) {
             Charge::Fits => true,
             Charge::Empty => false,

@@ -42,3 +42,9 @@ pub static DSCP_IN: Array<RuleTarget> = Array::with_max_entries(DSCP_SLOTS, 0);
 /// so a fail-open watchdog can tell a live control plane from a dead one.
 #[map]
 pub static HEARTBEAT: Array<u64> = Array::with_max_entries(1, 0);
+
+/// Which class owns each slot (a digest of its name), written by the daemon
+/// and never read here: it lets a restarted daemon that takes over pinned
+/// maps tell a class that kept its slot (and so its state) from a new one.
+#[map]
+pub static CLASS_IDS: Array<u64> = Array::with_max_entries(MAX_CLASSES, 0);

@@ -88,6 +88,9 @@ fn parse_ipv4(frame: &Frame, l3: usize) -> Result<Syn, PassReason> {
 #[inline(always)]
 fn parse_ipv6(frame: &Frame, l3: usize) -> Result<Syn, PassReason> {
     let ip: Ipv6Hdr = frame.read(l3).ok_or(PassReason::TruncatedIpv6)?;
+    if ip.vcf[0] >> 4 != 6 {
+        return Err(PassReason::BadIpv6Header);
+    }
     if ip.next_hdr != IPPROTO_TCP {
         return Err(if is_extension_header(ip.next_hdr) {
             PassReason::Ipv6ExtensionHeader
@@ -101,10 +104,11 @@ fn parse_ipv6(frame: &Frame, l3: usize) -> Result<Syn, PassReason> {
 }
 
 /// IPv6 next-header values that announce an extension header (RFC 8200 §4,
-/// plus the mobility, HIP and shim6 headers that followed it).
+/// plus the mobility, HIP and shim6 headers that followed it, and the two
+/// experimental values RFC 3692 reserves: IANA's list of extension headers).
 #[inline(always)]
 fn is_extension_header(next: u8) -> bool {
-    matches!(next, 0 | 43 | 44 | 50 | 51 | 60 | 135 | 139 | 140)
+    matches!(next, 0 | 43 | 44 | 50 | 51 | 60 | 135 | 139 | 140 | 253 | 254)
 }
 
 #[inline(always)]
@@ -117,7 +121,9 @@ fn parse_tcp(frame: &Frame, off: usize, ip_payload: usize) -> Result<SynFacts, P
     if tcp.syn() == 0 || tcp.ack() != 0 {
         return Err(PassReason::NotSyn);
     }
-    if off + doff > frame.len() {
+    if off + doff > frame.len() || doff > ip_payload {
+        // The header runs past the frame, or past the end of the segment its
+        // IP header declares (the IP lengths, not the frame, say where it ends).
         return Err(PassReason::TruncatedTcp);
     }
     Ok(SynFacts {

@@ -1,6 +1,7 @@
 //! A child process that is killed (by its PID) and reaped when the guard drops.
 
 use std::{
+    os::unix::process::CommandExt as _,
     process::{Child, Command},
     time::{Duration, Instant},
 };
@@ -15,6 +16,23 @@ impl ChildGuard {
     pub fn spawn(command: &mut Command, what: &str) -> anyhow::Result<Self> {
         let child = command.spawn().with_context(|| format!("starting {what}"))?;
         Ok(Self { child })
+    }
+
+    /// Spawns `command` as a helper this process owns: in its own process
+    /// group, so a terminal's Ctrl-C reaches only us and we stop it in order;
+    /// and sent SIGTERM if we die without cleaning up (SIGKILL).
+    pub fn spawn_owned(command: &mut Command, what: &str) -> anyhow::Result<Self> {
+        command.process_group(0);
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        Self::spawn(command, what)
     }
 
     pub fn id(&self) -> u32 {

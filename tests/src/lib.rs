@@ -5,8 +5,16 @@
 //! Traffic only ever goes to addresses these guards assign inside namespaces
 //! they created.
 
+pub mod bpffs;
 pub mod child;
+pub mod counters;
+pub mod daemon_process;
+pub mod flood;
+pub mod frame_fuzz;
+pub mod model;
 pub mod netns;
 pub mod owner;
 pub mod packets;
 pub mod saved_syn;
+pub mod scratch;
+pub mod test_run;

@@ -13,58 +13,30 @@
 //! deliberately drain a bucket.
 //!
 //! Expected replies and marks are built by `shedder_tests::packets` with
-//! etherparse, checksums included, and parsed back with etherparse: nothing
-//! here relies on `shedder_common::checksum` or `shedder_common::rewrite`.
+//! etherparse, checksums included, and parsed back with etherparse: no
+//! expectation relies on `shedder_common::checksum` or `shedder_common::rewrite`.
+//!
+//! Each row is also put to the host reference (`shedder_common::reference`,
+//! which `fuzz_packets.rs` holds the program to): the rows are its
+//! specification, so a row it judges differently is a bug in the reference.
 
-use std::{collections::BTreeMap, net::Ipv6Addr};
+use std::net::Ipv6Addr;
 
-use aya::programs::{TestRun, TestRunOptions};
 use etherparse::{LinkHeader, NetHeaders, PacketHeaders, TransportHeader, VlanHeader};
-use shedder_common::{maps::PassReason, verdict::Outcome};
-use shedder_daemon::{config::Config, datapath::Datapath};
-use shedder_tests::packets::{
-    ACK, CLIENT_MAC, CLIENT_V4, Ip, RST, SERVER_V4, SERVER_V6, SYN, TCP_LEN, TcpFrame, arp_request, padded, truncated,
+use shedder_common::{maps::PassReason, reference::Verdict, verdict::Outcome};
+use shedder_daemon::{
+    config::{Config, Plan},
+    datapath::Datapath,
 };
-
-// --- hooks and verdicts ----------------------------------------------------
-
-const XDP_DROP: u32 = 1;
-const XDP_PASS: u32 = 2;
-const XDP_TX: u32 = 3;
-const TC_ACT_OK: u32 = 0;
-const TC_ACT_SHOT: u32 = 2;
-const TC_ACT_REDIRECT: u32 = 7;
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Hook {
-    Xdp,
-    Tc,
-}
-
-const HOOKS: [Hook; 2] = [Hook::Xdp, Hook::Tc];
-
-/// What happens to the frame, in words both hooks share; each hook has its
-/// own return code for it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Verdict {
-    Pass,
-    Drop,
-    /// The frame was turned into a reply and goes back out (XDP_TX, TC redirect).
-    Reply,
-}
-
-impl Hook {
-    fn code(self, verdict: Verdict) -> u32 {
-        match (self, verdict) {
-            (Hook::Xdp, Verdict::Pass) => XDP_PASS,
-            (Hook::Xdp, Verdict::Drop) => XDP_DROP,
-            (Hook::Xdp, Verdict::Reply) => XDP_TX,
-            (Hook::Tc, Verdict::Pass) => TC_ACT_OK,
-            (Hook::Tc, Verdict::Drop) => TC_ACT_SHOT,
-            (Hook::Tc, Verdict::Reply) => TC_ACT_REDIRECT,
-        }
-    }
-}
+use shedder_tests::{
+    counters::{Counters, class_moves, counted_moves, counters, moved, pass_moves},
+    model::Model,
+    packets::{
+        ACK, CLIENT_MAC, CLIENT_V4, Ip, RST, SERVER_V4, SERVER_V6, SYN, TCP_LEN, TcpFrame, arp_request, padded,
+        truncated,
+    },
+    test_run::{HOOKS, Hook, describe_difference, run},
+};
 
 // --- rows ------------------------------------------------------------------
 
@@ -174,93 +146,28 @@ fn marked(what: impl Into<String>, syn: &TcpFrame, class: &'static str, dscp: u8
 
 // --- running rows ----------------------------------------------------------
 
+fn plan_of(config: &str) -> Plan {
+    Config::parse(config).expect("test config parses").plan().expect("test config is valid")
+}
+
 fn load(config: &str) -> Datapath {
-    let plan = Config::parse(config).expect("test config parses").plan().expect("test config is valid");
     let mut datapath = Datapath::load().expect("loading the fast path (these tests run as root)");
-    datapath.apply(&plan).expect("applying the test config");
+    datapath.apply(&plan_of(config)).expect("applying the test config");
     datapath
 }
 
-/// Runs `frame` once through `hook`: its return code and the frame it left.
-fn run(datapath: &Datapath, hook: Hook, frame: &[u8]) -> anyhow::Result<(u32, Vec<u8>)> {
-    // Generous, and trimmed to what the kernel reports it wrote: replies are
-    // shorter than the SYNs they answer.
-    let mut out = vec![0u8; frame.len() + 256];
-    let opts = TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ..Default::default() };
-    let result = match hook {
-        Hook::Xdp => datapath.xdp().test_run(opts)?,
-        Hook::Tc => datapath.tc().test_run(opts)?,
-    };
-    out.truncate(result.data_size_out as usize);
-    Ok((result.return_value, out))
-}
-
-/// Every counter the datapath keeps, by name ("web.admitted", "pass.not_syn").
-fn counters(datapath: &Datapath) -> BTreeMap<String, u64> {
-    let mut all = BTreeMap::new();
-    for class in datapath.class_snapshots().expect("reading class counters") {
-        let c = class.counters;
-        for (field, value) in [
-            ("seen", c.seen),
-            ("admitted", c.admitted),
-            ("dropped", c.dropped),
-            ("rejected", c.rejected),
-            ("marked", c.marked),
-            ("would_shed", c.would_shed),
-        ] {
-            all.insert(format!("{}.{field}", class.name), value);
-        }
-    }
-    for (reason, value) in datapath.pass_counters().expect("reading pass counters") {
-        all.insert(format!("pass.{}", reason.name()), value);
-    }
-    all
-}
-
-fn moved(before: &BTreeMap<String, u64>, after: &BTreeMap<String, u64>) -> BTreeMap<String, u64> {
-    after
-        .iter()
-        .filter(|(k, v)| before.get(*k) != Some(v))
-        .map(|(k, v)| (k.clone(), v.wrapping_sub(before.get(k).copied().unwrap_or(0))))
-        .collect()
-}
-
-fn outcome_field(outcome: Outcome) -> &'static str {
-    match outcome {
-        Outcome::Admitted => "admitted",
-        Outcome::Dropped => "dropped",
-        Outcome::Rejected => "rejected",
-        Outcome::Marked => "marked",
-        Outcome::WouldShed => "would_shed",
-    }
-}
-
-fn expected_moves(effect: &Effect) -> BTreeMap<String, u64> {
+fn expected_moves(effect: &Effect) -> Counters {
     match effect {
-        Effect::Class(class, outcome) => {
-            [(format!("{class}.seen"), 1), (format!("{class}.{}", outcome_field(*outcome)), 1)].into()
-        }
-        Effect::Pass(reason) => [(format!("pass.{}", reason.name()), 1)].into(),
+        Effect::Class(class, outcome) => class_moves(class, *outcome),
+        Effect::Pass(reason) => pass_moves(*reason),
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ")
-}
-
-fn describe_difference(got: &[u8], want: &[u8]) -> String {
-    let at = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
-    format!(
-        "output differs ({} bytes, want {}; first difference at byte {at})\n      got  {}\n      want {}",
-        got.len(),
-        want.len(),
-        hex(got),
-        hex(want)
-    )
-}
-
-/// Runs one row; every way it went wrong, or nothing.
-fn check_row(datapath: &Datapath, hook: Hook, row: &Row) -> Vec<String> {
+/// Runs one row; every way it went wrong, or nothing. The host reference
+/// (`shedder_common::reference`) judges the row too: a row it disagrees with
+/// is a bug in the reference or in the row.
+fn check_row(datapath: &Datapath, model: &mut Model, class_names: &[String], hook: Hook, row: &Row) -> Vec<String> {
+    let reference = model.judge(&row.frame);
     let before = counters(datapath);
     let (code, out) = match run(datapath, hook, &row.frame) {
         Ok(result) => result,
@@ -290,16 +197,25 @@ fn check_row(datapath: &Datapath, hook: Hook, row: &Row) -> Vec<String> {
     if got_moves != want_moves {
         errors.push(format!("counters moved {got_moves:?}, want {want_moves:?}"));
     }
+    let reference_moves = counted_moves(reference.counted, class_names);
+    if (reference.verdict, &reference_moves) != (row.verdict, &want_moves) {
+        errors.push(format!("reference: {:?} moving {reference_moves:?}", reference.verdict));
+    }
+    if reference.output != want_out {
+        errors.push(format!("reference: {}", describe_difference(&reference.output, &want_out)));
+    }
     errors
 }
 
 /// Runs a table on a fresh datapath per hook and reports every failing row.
 fn check_table(config: &str, rows: &[Row]) {
+    let plan = plan_of(config);
     let mut failures = Vec::new();
     for hook in HOOKS {
         let datapath = load(config);
+        let mut model = Model::fresh(&plan);
         for row in rows.iter().filter(|row| row.hooks.contains(&hook)) {
-            for error in check_row(&datapath, hook, row) {
+            for error in check_row(&datapath, &mut model, &plan.class_names, hook, row) {
                 failures.push(format!("[{hook:?}] {}: {error}", row.what));
             }
         }
@@ -691,6 +607,61 @@ fn frames_the_parser_cannot_judge_pass_with_their_reason() {
         passed("v4 SYN with IHL 0", v4.clone().ihl(0).build(), PassReason::BadIpv4Header),
         passed("v4 SYN with TCP data offset 4", v4.clone().tcp_data_offset(4).build(), PassReason::BadTcpHeader),
         passed("v6 SYN with TCP data offset 0", v6.clone().tcp_data_offset(0).build(), PassReason::BadTcpHeader),
+    ];
+    check_table(CLOSED, &rows);
+}
+
+/// Frames the differential fuzzer (`fuzz_packets.rs`) caught being judged as
+/// SYNs: an IPv6 EtherType over another IP version, an experimental IPv6
+/// extension header, and IP lengths that end inside the TCP header.
+#[test]
+fn frames_that_only_look_like_syns_pass_with_their_reason() {
+    let v4 = syn("v4", Net::Outside).dst_port(8000).tcp_options(&SYN_OPTIONS);
+    let v6 = syn("v6", Net::Outside).dst_port(8000).tcp_options(&SYN_OPTIONS);
+    // The frame as built, with `bytes` written over it at `at` (checksums left stale).
+    let patched = |frame: &TcpFrame, at: usize, bytes: &[u8]| {
+        let mut out = frame.build();
+        out[at..at + bytes.len()].copy_from_slice(bytes);
+        out
+    };
+    let (l3, l3_vlan) = (v4.l3_offset(), v4.clone().vlan(3).l3_offset());
+    let rows = [
+        passed("v6 SYN whose header says version 4", patched(&v6, l3, &[0x40]), PassReason::BadIpv6Header),
+        passed(
+            "v6 SYN whose header says version 0 (VLAN)",
+            patched(&v6.clone().vlan(3), l3_vlan, &[0x00]),
+            PassReason::BadIpv6Header,
+        ),
+        passed(
+            "v6 SYN behind experimental extension header 253",
+            patched(&v6, l3 + 6, &[253]),
+            PassReason::Ipv6ExtensionHeader,
+        ),
+        passed(
+            "v6 SYN behind experimental extension header 254",
+            patched(&v6, l3 + 6, &[254]),
+            PassReason::Ipv6ExtensionHeader,
+        ),
+        passed(
+            "v4 SYN whose total length ends inside its TCP options",
+            patched(&v4, l3 + 2, &40u16.to_be_bytes()),
+            PassReason::TruncatedTcp,
+        ),
+        passed(
+            "v4 SYN whose total length is shorter than its IP header",
+            patched(&v4, l3 + 2, &10u16.to_be_bytes()),
+            PassReason::TruncatedTcp,
+        ),
+        passed(
+            "v6 SYN whose payload length ends inside its TCP options",
+            patched(&v6, l3 + 4, &20u16.to_be_bytes()),
+            PassReason::TruncatedTcp,
+        ),
+        passed(
+            "v6 SYN with payload length 0",
+            patched(&v6.clone().vlan(3), l3_vlan + 4, &0u16.to_be_bytes()),
+            PassReason::TruncatedTcp,
+        ),
     ];
     check_table(CLOSED, &rows);
 }

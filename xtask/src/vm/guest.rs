@@ -134,7 +134,7 @@ ip=/usr/sbin/ip
 $ip link add vml0 type veth peer name vml1 || exit 1
 $ip link set vml0 up || exit 1
 $ip link set vml1 up || exit 1
-{DIR}/shedder run --iface vml0 --attach "$hook" --report-every 60 > "$log" 2>&1 &
+{DIR}/shedder run --iface vml0 --attach "$hook" --report-every 60 --no-pin > "$log" 2>&1 &
 pid=$!
 waited=0
 while ! grep -q "attachment=" "$log"; do

@@ -3,7 +3,6 @@
 
 use std::{
     io::{BufRead as _, BufReader},
-    os::unix::process::CommandExt as _,
     path::Path,
     process::Stdio,
     sync::{Arc, Mutex},
@@ -26,32 +25,18 @@ pub struct Daemon {
 
 impl Daemon {
     /// Runs `binary` on the server's veth end with XDP, reporting every
-    /// second, with `config` or its embedded default.
+    /// second, with `config` or its embedded default. Unpinned: the demo's
+    /// interfaces are throwaway, so nothing may outlive it.
     pub fn start(testbed: &Testbed, binary: &Path, config: Option<&Path>) -> anyhow::Result<Self> {
         let (reader, writer) = std::io::pipe().context("creating a pipe for the daemon's log")?;
         let mut cmd = testbed.server.command(binary);
-        cmd.args(["run", "--iface", &testbed.server_if, "--attach", "xdp", "--report-every", "1"]);
+        cmd.args(["run", "--iface", &testbed.server_if, "--attach", "xdp", "--report-every", "1", "--no-pin"]);
         if let Some(config) = config {
             cmd.arg("--config").arg(config);
         }
-        cmd.env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(writer.try_clone()?)
-            .stderr(writer)
-            // Its own process group: a terminal's Ctrl-C reaches the demo only, and
-            // the demo stops the daemon after reading its final counters.
-            .process_group(0);
-        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
-        unsafe {
-            cmd.pre_exec(|| {
-                // If the demo dies without cleaning up (SIGKILL), the daemon still stops.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        let guard = ChildGuard::spawn(&mut cmd, "the shedder daemon")?;
+        cmd.env("RUST_LOG", "info").stdin(Stdio::null()).stdout(writer.try_clone()?).stderr(writer);
+        // The demo stops the daemon itself, after reading its final counters.
+        let guard = ChildGuard::spawn_owned(&mut cmd, "the shedder daemon")?;
         drop(cmd); // closes our copies of the pipe's write end, so the reader sees EOF when the daemon exits
         let view = Arc::new(Mutex::new(DaemonView::default()));
         let reader = {

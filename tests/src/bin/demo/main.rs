@@ -131,7 +131,7 @@ fn demo(args: &Args) -> anyhow::Result<bool> {
 
     let mut daemon = Daemon::start(&testbed, &args.daemon, args.config.as_deref())?;
     println!(
-        "daemon: {} run --iface {} --attach xdp --report-every 1 (pid {})",
+        "daemon: {} run --iface {} --attach xdp --report-every 1 --no-pin (pid {})",
         args.daemon.display(),
         testbed.server_if,
         daemon.guard.id()

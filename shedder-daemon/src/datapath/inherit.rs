@@ -1,0 +1,82 @@
+//! What a previous daemon left in pinned maps, read back as the plan it
+//! applied, so that the first apply after a restart writes only differences:
+//! a class that kept its slot keeps its bucket and counters.
+
+use std::collections::BTreeMap;
+
+use aya::{
+    Ebpf, Pod,
+    maps::{Array, LpmTrie, Map},
+};
+use shedder_common::{
+    classify::RuleTarget,
+    maps::{ClassConfig, GlobalConfig, MAX_CLASSES, names},
+};
+
+use super::map;
+use crate::config::Plan;
+
+/// Which class owns a slot, as stored in `CLASS_IDS`: FNV-1a of its name, a
+/// digest that never changes between builds. Zero marks an empty slot.
+pub(super) fn class_id(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
+}
+
+/// The plan the pinned maps hold. Class names are not in the maps, only their
+/// digests: a slot whose digest matches the name `next` gives it keeps that
+/// name; any other gets the empty name, which no valid config has, so
+/// the slot counts as taken by a different class and starts afresh.
+pub(super) fn previous_plan(ebpf: &Ebpf, next: &Plan) -> anyhow::Result<Plan> {
+    let ids: Array<_, u64> = Array::try_from(map(ebpf, names::CLASS_IDS)?)?;
+    let configs: Array<_, ClassConfig> = Array::try_from(map(ebpf, names::CLASSES)?)?;
+    let used = (0..MAX_CLASSES).map(|slot| ids.get(&slot, 0)).collect::<Result<Vec<_>, _>>()?;
+    let slots = used.iter().rposition(|id| *id != 0).map_or(0, |last| last + 1);
+    let mut plan = Plan::default();
+    for (slot, id) in used.iter().take(slots).enumerate() {
+        let kept = next.class_names.get(slot).filter(|name| *id != 0 && class_id(name) == *id);
+        plan.class_names.push(kept.cloned().unwrap_or_default());
+        plan.classes.push(configs.get(&(slot as u32), 0)?);
+    }
+    let global: Array<_, GlobalConfig> = Array::try_from(map(ebpf, names::GLOBAL)?)?;
+    plan.global = global.get(&0, 0)?;
+    plan.src_v4 = read_lpm(map(ebpf, names::SRC_V4)?)?;
+    plan.src_v6 = read_lpm(map(ebpf, names::SRC_V6)?)?;
+    plan.dst_ports = read_array(map(ebpf, names::DST_PORTS)?)?;
+    plan.dscp = read_array(map(ebpf, names::DSCP_IN)?)?;
+    Ok(plan)
+}
+
+/// The rules of an array map indexed by a small key (zero means no rule).
+fn read_array<K: TryFrom<u32> + Ord>(map: &Map) -> anyhow::Result<BTreeMap<K, RuleTarget>> {
+    let array: Array<_, RuleTarget> = Array::try_from(map)?;
+    let mut rules = BTreeMap::new();
+    for (index, target) in array.iter().enumerate() {
+        let target = target?;
+        if target != 0 {
+            let key = K::try_from(index as u32).map_err(|_| anyhow::anyhow!("rule key {index} out of range"))?;
+            rules.insert(key, target);
+        }
+    }
+    Ok(rules)
+}
+
+fn read_lpm<A: Pod + Ord>(map: &Map) -> anyhow::Result<BTreeMap<(u32, A), RuleTarget>> {
+    let trie: LpmTrie<_, A, RuleTarget> = LpmTrie::try_from(map)?;
+    trie.iter()
+        .map(|entry| entry.map(|(key, target)| ((key.prefix_len(), key.data()), target)))
+        .collect::<Result<_, _>>()
+        .map_err(Into::into)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::class_id;
+
+    #[test]
+    fn class_ids_are_stable_and_tell_names_apart() {
+        // FNV-1a test vectors: the digest must not change between builds.
+        assert_eq!(class_id(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(class_id("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(class_id("web"), class_id("batch"));
+    }
+}

@@ -1,0 +1,77 @@
+//! The fast path's counters by name ("web.admitted", "pass.not_syn"), and
+//! what a run of frames moved, so a test can compare it with what it expected.
+
+use std::collections::BTreeMap;
+
+use shedder_common::{maps::PassReason, reference::Counted, verdict::Outcome};
+use shedder_daemon::datapath::Datapath;
+
+/// Counter name -> value (or, for a set of moves, -> how much it moved).
+pub type Counters = BTreeMap<String, u64>;
+
+/// Every counter the datapath keeps, summed over CPUs.
+pub fn counters(datapath: &Datapath) -> Counters {
+    let mut all = BTreeMap::new();
+    for class in datapath.class_snapshots().expect("reading class counters") {
+        let c = class.counters;
+        for (field, value) in [
+            ("seen", c.seen),
+            ("admitted", c.admitted),
+            ("dropped", c.dropped),
+            ("rejected", c.rejected),
+            ("marked", c.marked),
+            ("would_shed", c.would_shed),
+        ] {
+            all.insert(format!("{}.{field}", class.name), value);
+        }
+    }
+    for (reason, value) in datapath.pass_counters().expect("reading pass counters") {
+        all.insert(format!("pass.{}", reason.name()), value);
+    }
+    all
+}
+
+/// The counters that differ between two readings, and by how much.
+pub fn moved(before: &Counters, after: &Counters) -> Counters {
+    after
+        .iter()
+        .filter(|(k, v)| before.get(*k) != Some(v))
+        .map(|(k, v)| (k.clone(), v.wrapping_sub(before.get(k).copied().unwrap_or(0))))
+        .collect()
+}
+
+fn outcome_field(outcome: Outcome) -> &'static str {
+    match outcome {
+        Outcome::Admitted => "admitted",
+        Outcome::Dropped => "dropped",
+        Outcome::Rejected => "rejected",
+        Outcome::Marked => "marked",
+        Outcome::WouldShed => "would_shed",
+    }
+}
+
+/// One SYN of `class` with this outcome: `seen` and the outcome move by one.
+pub fn class_moves(class: &str, outcome: Outcome) -> Counters {
+    [(format!("{class}.seen"), 1), (format!("{class}.{}", outcome_field(outcome)), 1)].into()
+}
+
+/// One frame passed uncharged for `reason`.
+pub fn pass_moves(reason: PassReason) -> Counters {
+    [(format!("pass.{}", reason.name()), 1)].into()
+}
+
+/// What the reference says one frame moves; `class_names` names the slots.
+pub fn counted_moves(counted: Counted, class_names: &[String]) -> Counters {
+    match counted {
+        Counted::Class(slot, outcome) => class_moves(&class_names[slot as usize], outcome),
+        Counted::Pass(reason) => pass_moves(reason),
+        Counted::Nothing => Counters::new(),
+    }
+}
+
+/// Adds `more` to a running total of moves.
+pub fn add_moves(total: &mut Counters, more: Counters) {
+    for (name, n) in more {
+        *total.entry(name).or_default() += n;
+    }
+}

@@ -1,0 +1,77 @@
+//! A real `shedder` process: its log (stdout and stderr, interleaved as
+//! written) read line by line on a thread, and the process killed by its PID
+//! and reaped when dropped.
+
+use std::{
+    io::{BufRead as _, BufReader},
+    process::{Command, Stdio},
+    sync::mpsc::{Receiver, RecvTimeoutError},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context as _, bail};
+use nix::{sys::signal::Signal, unistd::Pid};
+
+use crate::child::ChildGuard;
+
+pub struct DaemonProcess {
+    guard: ChildGuard,
+    lines: Receiver<String>,
+    /// Every line read so far, for failure messages.
+    log: Vec<String>,
+}
+
+impl DaemonProcess {
+    /// Starts `command`. A command run through `ip netns exec` or `setpriv`
+    /// is exec'd, not forked, so the PID is the daemon's own.
+    pub fn start(command: &mut Command) -> anyhow::Result<Self> {
+        let (reader, writer) = std::io::pipe().context("creating a pipe for the daemon's log")?;
+        command.stdin(Stdio::null()).stdout(writer.try_clone()?).stderr(writer);
+        let guard = ChildGuard::spawn_owned(command, "shedder")?;
+        // Drops the command's copies of the write end, so the reader sees EOF when the daemon exits.
+        command.stdout(Stdio::null()).stderr(Stdio::null());
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(reader).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Self { guard, lines, log: Vec::new() })
+    }
+
+    pub fn pid(&self) -> Pid {
+        Pid::from_raw(self.guard.id() as i32)
+    }
+
+    /// Waits for a log line containing `needle` and returns it; fails with
+    /// the log so far if the daemon exits or `within` passes first.
+    pub fn wait_for(&mut self, needle: &str, within: Duration) -> anyhow::Result<String> {
+        let until = Instant::now() + within;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.log.push(line.clone());
+                    if line.contains(needle) {
+                        return Ok(line);
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => bail!("no {needle:?} in the log within {within:?}:\n{}", self.log()),
+                Err(RecvTimeoutError::Disconnected) => bail!("the daemon exited before {needle:?}:\n{}", self.log()),
+            }
+        }
+    }
+
+    /// Every line read so far.
+    pub fn log(&self) -> String {
+        self.log.join("\n")
+    }
+
+    /// Sends `signal` and waits up to `grace` for the daemon to exit; returns
+    /// whether it did (if not, dropping the guard kills it).
+    pub fn stop(self, signal: Signal, grace: Duration) -> bool {
+        self.guard.stop(signal, grace)
+    }
+}

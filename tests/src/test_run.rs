@@ -1,0 +1,55 @@
+//! The fast path's two hooks through `BPF_PROG_TEST_RUN`, one frame at a time.
+
+use aya::programs::{TestRun, TestRunOptions};
+use shedder_common::reference::Verdict;
+use shedder_daemon::datapath::Datapath;
+
+/// Which of the program's entry points runs the frame.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Hook {
+    Xdp,
+    Tc,
+}
+
+pub const HOOKS: [Hook; 2] = [Hook::Xdp, Hook::Tc];
+
+impl Hook {
+    /// The return code this hook gives for `verdict`.
+    pub fn code(self, verdict: Verdict) -> u32 {
+        match self {
+            Hook::Xdp => verdict.xdp_action(),
+            Hook::Tc => verdict.tc_action(),
+        }
+    }
+}
+
+/// Runs `frame` once through `hook`: its return code and the frame it left.
+pub fn run(datapath: &Datapath, hook: Hook, frame: &[u8]) -> anyhow::Result<(u32, Vec<u8>)> {
+    // Generous, and trimmed to what the kernel reports it wrote: replies are
+    // shorter than the SYNs they answer.
+    let mut out = vec![0u8; frame.len() + 256];
+    let opts = TestRunOptions { data_in: Some(frame), data_out: Some(&mut out), ..Default::default() };
+    let result = match hook {
+        Hook::Xdp => datapath.xdp().test_run(opts)?,
+        Hook::Tc => datapath.tc().test_run(opts)?,
+    };
+    out.truncate(result.data_size_out as usize);
+    Ok((result.return_value, out))
+}
+
+/// A frame's bytes as hex, space-separated.
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(" ")
+}
+
+/// Where two frames part, with both in full.
+pub fn describe_difference(got: &[u8], want: &[u8]) -> String {
+    let at = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
+    format!(
+        "output differs ({} bytes, want {}; first difference at byte {at})\n      got  {}\n      want {}",
+        got.len(),
+        want.len(),
+        hex(got),
+        hex(want)
+    )
+}
