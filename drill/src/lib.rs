@@ -6,5 +6,10 @@
 //! tested on the host: the workload file ([`workload`]), what a run records
 //! ([`record`]), and the report built from those records.
 
+pub mod capacity;
+pub mod phase;
+pub mod plan;
 pub mod record;
+pub mod report;
+pub mod sampler;
 pub mod workload;

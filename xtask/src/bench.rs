@@ -1,7 +1,8 @@
 //! `cargo xtask bench`: the benchmarks, always in release: the fast path per
 //! packet (`shedder-bench`, extra arguments go to it), the control plane's
-//! CPU share (`shedder-control-bench`), and the control socket's round trips
-//! (the `api_bench` test, which `cargo xtask test` leaves out as a benchmark).
+//! CPU share (`shedder-control-bench`), the control socket's round trips
+//! (the `api_bench` test, which `cargo xtask test` leaves out as a benchmark),
+//! and the receive-side CPU per SYN of a flood (`shedder-flood-bench`).
 
 use crate::{bootstrap, cmd};
 
@@ -22,5 +23,6 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         "--",
         "--ignored",
         "--nocapture",
-    ]))
+    ]))?;
+    bench("shedder-flood-bench", &[])
 }

@@ -8,6 +8,8 @@ mod bootstrap;
 mod build;
 mod cmd;
 mod demo;
+mod drill;
+mod fuzz;
 mod test;
 mod vm;
 
@@ -49,6 +51,17 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// The failure drill: the seed's workload through the real daemon between two
+    /// network namespaces, once per mode (off, observe, enforce, static), judged by
+    /// completed-on-time. Needs root. Arguments go to `shedder-drill` (try `-- --help`).
+    Drill {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+    /// The fuzz suites at a large scale (default 20x CI's): random and mutated
+    /// frames against the host reference, control-socket lines, config
+    /// property tests. Needs root.
+    Fuzz(fuzz::Args),
     /// Check other kernels: boot each under qemu (software emulation) with a
     /// minimal initramfs, and run there the load checks (verifier, XDP and TC
     /// attach), the BPF_PROG_TEST_RUN packet tables and veth end-to-end cases.
@@ -63,6 +76,8 @@ fn main() {
         Task::Test { args } => test::run(&args),
         Task::Bench { args } => bench::run(&args),
         Task::Demo { args } => demo::run(&args),
+        Task::Drill { args } => drill::run(&args),
+        Task::Fuzz(args) => fuzz::run(args),
         Task::Vm(args) => vm::run(args),
     };
     if let Err(e) = result {

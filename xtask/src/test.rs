@@ -41,6 +41,14 @@ impl Tally {
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     bootstrap::run(bootstrap::Needs::root("test"))?;
+    // The drill's test runs the `shedder` binary beside its own, which cargo
+    // builds only for the daemon's tests: build it first, so a filtered run has it too.
+    let release = args.iter().take_while(|a| *a != "--").any(|a| a == "--release");
+    cmd::run(
+        cmd::cargo()
+            .args(["build", "--package", "shedder-daemon", "--bin", "shedder"])
+            .args(release.then_some("--release")),
+    )?;
     let mut tally = Tally::default();
     // No --workspace: the default members are everything that builds for the
     // host; the eBPF crate is built (and its object tested) through the daemon.

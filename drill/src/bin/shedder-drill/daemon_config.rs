@@ -1,0 +1,117 @@
+//! The daemon's config for a drill run: one adaptive class per workload
+//! class, selected by its port, with every duration of the controller scaled
+//! by the time scale K and every rate by 1/K, so the scaled run is the
+//! workload's run played faster.
+//!
+//! The choices (documented in the report's README section):
+//! * `max_rate` = 2 × the class's offered rate: never the limit in the steady
+//!   phase, and a budget the controller has to cut, not one that happens to fit;
+//! * `min_rate` = 5% of the offered rate: a cut never closes a class;
+//! * `burst` = 0.2 s of the offered rate (at least 2): Poisson arrivals pass
+//!   an unused budget, while a freshly cut budget lets little through at once;
+//! * `prior`: no queue, and the workload's service p95.
+
+use anyhow::Context as _;
+use shedder_daemon::config::Config;
+use shedder_drill::workload::Workload;
+use toml::{Table, Value};
+
+/// Which global mode the daemon runs in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DaemonMode {
+    Observe,
+    Enforce,
+}
+
+impl DaemonMode {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Observe => "observe",
+            Self::Enforce => "enforce",
+        }
+    }
+}
+
+/// Name of the class for SYNs no rule selects (nothing in the drill sends any).
+const DEFAULT_CLASS: &str = "unclassified";
+
+/// The config text for `scaled` (the workload already at time scale `k`),
+/// validated as the daemon will validate it.
+pub fn daemon_config(scaled: &Workload, mode: DaemonMode, k: f64) -> anyhow::Result<String> {
+    let mut root = Table::new();
+    root.insert("mode".into(), mode.name().into());
+    root.insert("default_class".into(), DEFAULT_CLASS.into());
+
+    let mut classes = vec![table([
+        ("name", DEFAULT_CLASS.into()),
+        ("rate", 1000.0.into()),
+        ("burst", 100.0.into()),
+        ("action", "drop".into()),
+    ])];
+    let mut rules = Vec::new();
+    for class in &scaled.classes {
+        let offered = class.arrival_rate;
+        classes.push(table([
+            ("name", class.name.clone().into()),
+            ("burst", (offered * 0.2).max(2.0).round().into()),
+            ("action", class.action.clone().into()),
+            ("deadline_ms", class.deadline_ms.into()),
+            ("safety_ms", (250.0 * k).into()),
+            ("adaptive", table([("min_rate", (offered * 0.05).into()), ("max_rate", (offered * 2.0).into())]).into()),
+            (
+                "prior",
+                table([("queue_age_p95_ms", 0.0.into()), ("service_p95_ms", class.service_time.p95_ms.into())]).into(),
+            ),
+        ]));
+        rules.push(table([("class", class.name.clone().into()), ("dst_port", i64::from(class.port).into())]));
+    }
+    root.insert("class".into(), Value::Array(classes.into_iter().map(Value::Table).collect()));
+    root.insert("rule".into(), Value::Array(rules.into_iter().map(Value::Table).collect()));
+
+    // The estimator's window must be a whole number of ms per slice (10 slices).
+    let window_ms = ((10_000.0 * k / 10.0).round() as i64).max(10) * 10;
+    root.insert("estimator".into(), table([("window_ms", window_ms.into())]).into());
+    root.insert(
+        "control".into(),
+        table([
+            ("tick_ms", scaled_ms(100.0, k).into()),
+            ("hold_ms", scaled_ms(500.0, k).into()),
+            ("depth_max_age_ms", scaled_ms(2_000.0, k).into()),
+            // A fraction of max_rate per second: per scaled second it is 1/K as much.
+            ("recovery_per_s", (0.05 / k).into()),
+        ])
+        .into(),
+    );
+
+    let text = toml::to_string(&root)?;
+    let config = Config::parse(&text).context("the generated daemon config does not parse")?;
+    config.plan().context("the daemon refuses the generated config")?;
+    config.control().context("the daemon's controller refuses the generated config")?;
+    Ok(text)
+}
+
+fn scaled_ms(ms: f64, k: f64) -> i64 {
+    ((ms * k).round() as i64).max(1)
+}
+
+fn table<const N: usize>(entries: [(&str, Value); N]) -> Table {
+    entries.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_seed_workload_gives_a_config_the_daemon_accepts_at_every_usual_scale() {
+        let workload = Workload::from_toml_str(include_str!("../../../workloads/seed.toml")).unwrap();
+        for k in [0.1, 0.2, 0.25, 1.0] {
+            let text = daemon_config(&workload.scaled(k), DaemonMode::Enforce, k).unwrap();
+            let config = Config::parse(&text).unwrap();
+            let class = config.classes.iter().find(|c| c.name == "interactive").unwrap();
+            assert_eq!(class.deadline_ms, Some(3000.0 * k));
+            assert_eq!(class.adaptive.as_ref().unwrap().max_rate, 60.0 / k);
+            assert_eq!(config.control.tick_ms, (100.0 * k).round() as u64);
+        }
+    }
+}

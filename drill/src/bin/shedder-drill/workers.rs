@@ -1,0 +1,190 @@
+//! The backend's W worker slots, taking jobs from one FIFO queue.
+//!
+//! When a worker is about to start a job it computes the job's slack (time
+//! left to its deadline minus the backend's own recent service p95 for the
+//! class) and, with a daemon, asks its `admit` op: in `enforce` a
+//! `reject_deadline` answer is a 503 without doing the work; in `observe`
+//! the answer is only recorded. A served job sleeps its planned service
+//! time, and its queue age and service time go to the daemon as a sample.
+
+use std::{
+    collections::VecDeque,
+    path::PathBuf,
+    sync::{Arc, Mutex},
+    time::Duration,
+};
+
+use serde_json::{Value, json};
+use tokio::{
+    sync::{Mutex as AsyncMutex, mpsc},
+    task::JoinSet,
+};
+
+use crate::{
+    backend::QueuedJob, control::ControlClient, http::Response, run_context::RunContext, samples::SamplePusher,
+};
+
+/// What the backend asks of the daemon before starting a job.
+#[derive(Clone, Debug)]
+pub enum Admission {
+    /// No daemon (`off`, `static`): start every job, push no samples.
+    None,
+    /// Ask `admit`, record the verdict, start the job anyway; push samples.
+    Observe(PathBuf),
+    /// Ask `admit` and obey it; push samples.
+    Enforce(PathBuf),
+}
+
+impl Admission {
+    fn socket(&self) -> Option<&PathBuf> {
+        match self {
+            Self::None => None,
+            Self::Observe(socket) | Self::Enforce(socket) => Some(socket),
+        }
+    }
+}
+
+/// Starts W workers on `queue` (and, with a daemon, the sample pusher) in `tasks`.
+pub fn start(
+    tasks: &mut JoinSet<()>,
+    ctx: Arc<RunContext>,
+    queue: mpsc::UnboundedReceiver<QueuedJob>,
+    admission: Admission,
+) {
+    let queue = Arc::new(AsyncMutex::new(queue));
+    let recent = Arc::new(RecentService::new(&ctx));
+    let pusher = admission.socket().map(|socket| SamplePusher::start(tasks, &ctx, socket));
+    for _ in 0..ctx.scaled.worker_count {
+        let worker = Worker {
+            ctx: ctx.clone(),
+            queue: queue.clone(),
+            recent: recent.clone(),
+            admit: admission.socket().map(|s| ControlClient::new(s)),
+            enforce: matches!(admission, Admission::Enforce(_)),
+            pusher: pusher.clone(),
+        };
+        tasks.spawn(worker.run());
+    }
+}
+
+struct Worker {
+    ctx: Arc<RunContext>,
+    queue: Arc<AsyncMutex<mpsc::UnboundedReceiver<QueuedJob>>>,
+    recent: Arc<RecentService>,
+    admit: Option<ControlClient>,
+    enforce: bool,
+    pusher: Option<SamplePusher>,
+}
+
+impl Worker {
+    async fn run(mut self) {
+        loop {
+            let Some(job) = self.queue.lock().await.recv().await else { return };
+            let response = self.work(&job).await;
+            let _ = job.reply.send(response);
+        }
+    }
+
+    async fn work(&mut self, job: &QueuedJob) -> Response {
+        let ctx = self.ctx.clone();
+        let planned = &ctx.plan[job.id as usize];
+        let class = &ctx.scaled.classes[planned.class];
+        let deadline_ms = ctx.deadline_ms(planned);
+        let start_ms = ctx.now_ms();
+        let queue_age_ms = start_ms - job.enqueued_ms;
+        let slack_ms = deadline_ms - start_ms - self.recent.p95(planned.class, start_ms);
+        let figures = |response: Response| {
+            response
+                .header("X-Drill-Queue-Age-Ms", format!("{queue_age_ms:.3}"))
+                .header("X-Drill-Slack-Ms", format!("{slack_ms:.3}"))
+        };
+
+        if let Some(verdict) = self.ask_admit(&class.name, deadline_ms, start_ms, queue_age_ms).await {
+            let rejected = verdict["verdict"] == "reject_deadline";
+            if rejected && self.enforce {
+                let retry_after_ms = verdict["retry_after_ms"].as_f64().unwrap_or(1000.0 * ctx.time_scale);
+                // Retry-After is in the workload's seconds (see `http`).
+                let retry_after_s = (retry_after_ms / ctx.time_scale / 1000.0).ceil().max(1.0);
+                return figures(Response::new(503))
+                    .header("X-Drill-Reason", "reject_deadline")
+                    .header("Retry-After", retry_after_s);
+            }
+        }
+
+        tokio::time::sleep(Duration::from_secs_f64(planned.service_ms / 1000.0)).await;
+        let done_ms = ctx.now_ms();
+        let service_ms = done_ms - start_ms;
+        self.recent.record(planned.class, done_ms, service_ms);
+        if let Some(pusher) = &self.pusher {
+            let late_by = done_ms - deadline_ms;
+            pusher.push(json!({
+                "class": class.name,
+                "queue_age_ms": queue_age_ms,
+                "service_ms": service_ms,
+                "late_by_ms": (late_by > 0.0).then_some(late_by),
+                "attempt": job.attempt,
+            }));
+        }
+        figures(Response::new(200)).header("X-Drill-Service-Ms", format!("{service_ms:.3}"))
+    }
+
+    /// The daemon's verdict, or None without a daemon or when it cannot
+    /// answer (then the job starts: the backend fails open).
+    async fn ask_admit(&mut self, class: &str, deadline_ms: f64, now_ms: f64, queue_age_ms: f64) -> Option<Value> {
+        let k = self.ctx.time_scale;
+        let request = json!({
+            "op": "admit",
+            "class": class,
+            "deadline_ms": deadline_ms,
+            "now_ms": now_ms,
+            "queue_age_ms": queue_age_ms,
+            // The daemon's defaults, at the run's time scale; nothing is ever stale.
+            "policy": {
+                "safety_ms": 250.0 * k,
+                "max_queue_age_ms": 1e9,
+                "retry_after_min_ms": (1000.0 * k).round() as u64,
+                "retry_after_max_ms": (30_000.0 * k).round() as u64,
+            },
+        });
+        self.admit.as_mut()?.call(&request).await.ok()
+    }
+}
+
+/// The backend's own recent service times per class, over the daemon's
+/// estimator window (10 s of the workload), for each job's slack.
+struct RecentService {
+    window_ms: f64,
+    /// The workload's p95 per class, until the class has finished a job.
+    fallback_ms: Vec<f64>,
+    per_class: Mutex<Vec<VecDeque<(f64, f64)>>>,
+}
+
+impl RecentService {
+    fn new(ctx: &RunContext) -> Self {
+        let classes = &ctx.scaled.classes;
+        Self {
+            window_ms: 10_000.0 * ctx.time_scale,
+            fallback_ms: classes.iter().map(|c| c.service_time.p95_ms).collect(),
+            per_class: Mutex::new(vec![VecDeque::new(); classes.len()]),
+        }
+    }
+
+    fn record(&self, class: usize, now_ms: f64, service_ms: f64) {
+        let mut per_class = self.per_class.lock().unwrap();
+        per_class[class].push_back((now_ms, service_ms));
+    }
+
+    fn p95(&self, class: usize, now_ms: f64) -> f64 {
+        let mut per_class = self.per_class.lock().unwrap();
+        let recent = &mut per_class[class];
+        while recent.front().is_some_and(|(t, _)| *t < now_ms - self.window_ms) {
+            recent.pop_front();
+        }
+        let mut times: Vec<f64> = recent.iter().map(|(_, ms)| *ms).collect();
+        if times.is_empty() {
+            return self.fallback_ms[class];
+        }
+        times.sort_by(f64::total_cmp);
+        times[((times.len() as f64 * 0.95).ceil() as usize).clamp(1, times.len()) - 1]
+    }
+}

@@ -1,0 +1,128 @@
+//! The summary table printed at the end of a drill: one row per mode and
+//! phase, then each mode's timings, the static finding and the evidence.
+
+use std::fmt::Write;
+
+use super::{DrillReport, ModeReport, PhaseFigures};
+use crate::phase::Phase;
+
+pub fn table(report: &DrillReport) -> String {
+    let mut out = String::new();
+    let classes: Vec<&str> = report.workload.classes.iter().map(|c| c.name.as_str()).collect();
+    let bound = &report.capacity;
+    // Wide enough for the longest row name: a mode, or mode/class.
+    let several_classes = classes.len() > 1;
+    let longest_class = if several_classes { classes.iter().map(|c| c.len() + 1).max().unwrap_or(0) } else { 0 };
+    let width = report.modes.iter().map(|m| m.mode.len() + longest_class).max().unwrap_or(0).max("mode".len());
+    let _ = writeln!(
+        out,
+        "shedder drill: {} (seed {}, time scale {}); figures on the workload's clock",
+        classes.join(" + "),
+        report.seed,
+        report.time_scale
+    );
+    let _ = writeln!(
+        out,
+        "capacity bound W/E[service]: steady {:.1}/s (E {:.0} ms, offered {:.1}/s), injected {:.1}/s (E {:.0} ms)\n",
+        bound.steady_per_s,
+        bound.mean_service_steady_ms,
+        bound.offered_per_s,
+        bound.injected_per_s,
+        bound.mean_service_injected_ms
+    );
+    let _ = writeln!(
+        out,
+        "{:<width$} {:<9} {:>7} {:>7} {:>9} {:>7} {:>6} {:>8} {:>6} {:>8} {:>8} {:>10} {:>10}",
+        "mode",
+        "phase",
+        "offered",
+        "on-time",
+        "on-time/s",
+        "% bound",
+        "late%",
+        "rejected",
+        "503-dl",
+        "deferred",
+        "degraded",
+        "p95 lat ms",
+        "qage p95ms"
+    );
+    for mode in &report.modes {
+        for phase in Phase::ALL {
+            let _ = writeln!(out, "{}", row(&mode.mode, width, phase, mode.phase(phase)));
+        }
+    }
+    // With several classes, each alone too: one class's tail must not cost
+    // the others their on-time work.
+    if several_classes {
+        out.push('\n');
+        for mode in &report.modes {
+            for class in &mode.classes {
+                for phase in Phase::ALL {
+                    let name = format!("{}/{}", mode.mode, class.class);
+                    let _ = writeln!(out, "{}", row(&name, width, phase, class.phases.get(phase)));
+                }
+            }
+        }
+    }
+    out.push('\n');
+    for mode in &report.modes {
+        let _ = writeln!(out, "{}", timings(mode, width));
+    }
+    out.push('\n');
+    for line in report.static_finding.lines() {
+        let _ = writeln!(out, "{line}");
+    }
+    out.push_str("\nthe seed's expected evidence:\n");
+    for e in &report.evidence {
+        let verdict = match e.holds {
+            Some(true) => "yes",
+            Some(false) => "NO ",
+            None => "n/a",
+        };
+        let on = e.judged_on.as_deref().map_or(String::new(), |m| format!(" [{m}]"));
+        let _ = writeln!(out, "  {verdict}  {}{on}: {}", e.expectation, e.figure);
+    }
+    out
+}
+
+fn row(mode: &str, width: usize, phase: Phase, f: &PhaseFigures) -> String {
+    let percent = |share: Option<f64>| share.map_or("-".into(), |s| format!("{:.1}", s * 100.0));
+    let optional_ms = |value: Option<f64>| value.map_or("-".into(), |v| format!("{v:.0}"));
+    format!(
+        "{:<width$} {:<9} {:>7} {:>7} {:>9.2} {:>7.0} {:>6} {:>8} {:>6} {:>8} {:>8} {:>10} {:>10}",
+        mode,
+        phase.name(),
+        f.offered,
+        f.completed_on_time,
+        f.on_time_per_s,
+        f.share_of_bound * 100.0,
+        percent(f.late_share_of_completed),
+        f.rejected,
+        f.rejected_deadline,
+        f.deferred_timed_out,
+        f.degraded,
+        optional_ms(f.latency.map(|l| l.p95_ms)),
+        optional_ms(f.queue_age_p95_ms),
+    )
+}
+
+fn timings(mode: &ModeReport, width: usize) -> String {
+    let slack = mode
+        .slack_p10_negative_after_injection_s
+        .map_or("never below zero".into(), |t| format!("below zero {t:+.0} s from the injection"));
+    let drain = mode.drained_after_removal_s.map_or("not drained by the end".into(), |s| format!("drained {s:.0} s"));
+    let fast_path = mode.phase(Phase::Injected).fast_path.map_or(String::new(), |c| {
+        format!("; fast path in the injected phase: {} SYNs shed, {} would have been", c.shed(), c.would_shed)
+    });
+    let rates = if mode.static_rates_per_s.is_empty() {
+        String::new()
+    } else {
+        let rates: Vec<String> = mode.static_rates_per_s.iter().map(|r| format!("{r:.1}/s")).collect();
+        format!("; static rates {}", rates.join(", "))
+    };
+    format!(
+        "{:<width$} slack_p10 {slack}; queue {drain} after the removal (threshold {:.0} ms){fast_path}{rates}",
+        mode.mode, mode.drain_threshold_ms
+    )
+}

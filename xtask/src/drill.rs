@@ -1,0 +1,18 @@
+//! `cargo xtask drill`: builds the daemon in release, then runs the failure
+//! drill (`shedder-drill`), which starts that daemon between two network
+//! namespaces once per mode. Arguments go to the drill (try `-- --help`);
+//! its defaults are the seed's workload, all four modes, time scale 0.25 and
+//! `target/drill/` for the records and the report (cargo runs it in the workspace root).
+
+use crate::{bootstrap, build, cmd};
+
+pub fn run(args: &[String]) -> anyhow::Result<()> {
+    bootstrap::run(bootstrap::Needs::root("drill"))?;
+    let daemon = build::daemon_release()?;
+    cmd::run(
+        cmd::cargo()
+            .args(["run", "--release", "--package", "shedder-drill", "--bin", "shedder-drill", "--", "--daemon"])
+            .arg(&daemon)
+            .args(args),
+    )
+}
