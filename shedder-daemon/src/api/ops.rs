@@ -13,6 +13,7 @@ use super::protocol::{
 use crate::{
     admit::{AdmitPolicy, AdmitRequest, QueueAge, admit},
     config::{Config, Plan},
+    control::slack::service_p95_ms,
     daemon::{ChangeError, Daemon},
     telemetry::samples::SampleError,
 };
@@ -165,12 +166,11 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<Value, ApiError> {
         daemon.control().estimators().estimate(&request.class, daemon.now()).ok_or_else(|| {
             ApiError::new(ErrorCode::Unavailable, format!("no estimate for class {:?}", request.class))
         })?;
-    let service = estimate.service;
     let admit_request = AdmitRequest {
         deadline_ms: request.deadline_ms,
         queue_age,
         now_ms: request.now_ms,
-        service_p95_ms: service.quantiles.p95,
+        service_p95_ms: service_p95_ms(&estimate),
     };
     let decision = admit(&admit_request, &policy, &mut rand::rngs::SmallRng::from_rng(&mut rand::rng()));
     daemon.control().distributions().observe_admission(&request.class, decision.slack_ms, decision.verdict.as_str());
@@ -180,8 +180,8 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<Value, ApiError> {
         "queue_age_ms": finite(decision.queue_age_ms),
         "retry_after_ms": decision.retry_after_ms,
         "retry_after_s": decision.retry_after_secs(),
-        "service_p95_ms": finite(service.quantiles.p95),
-        "service_source": service.source,
+        "service_p95_ms": finite(admit_request.service_p95_ms),
+        "service_source": estimate.service.source,
         "estimator_version": estimate.estimator_version,
     })))
 }

@@ -143,10 +143,7 @@ pub fn slack(policy: &ClassPolicy, estimate: Option<&ClassEstimate>, depth_max_a
         _ => None,
     };
     let qa = e.queue_age_recent.quantiles;
-    let service_p95 = match e.service_recent.source {
-        Source::Window => e.service.quantiles.p95.max(e.service_recent.quantiles.p95),
-        Source::Prior => e.service.quantiles.p95,
-    };
+    let service_p95 = service_p95_ms(e);
     let queue_term = qa.p95.max(predicted_wait_ms.unwrap_or(0.0));
     Slack {
         slack_ms: policy.deadline_ms - queue_term - service_p95 - policy.safety_ms,
@@ -167,6 +164,17 @@ pub fn slack(policy: &ClassPolicy, estimate: Option<&ClassEstimate>, depth_max_a
         queue_age_source: e.queue_age_recent.source,
         service_source: e.service.source,
         estimator_version: e.estimator_version,
+    }
+}
+
+/// The service-time term of slack: the window's p95, or the recent horizon's
+/// when that is higher (a new tail shows there first). The controller and the
+/// job-level `admit` op both use it, so that a job is not admitted on the
+/// belief that the tail has not arrived after the controller has seen it.
+pub fn service_p95_ms(e: &ClassEstimate) -> f64 {
+    match e.service_recent.source {
+        Source::Window => e.service.quantiles.p95.max(e.service_recent.quantiles.p95),
+        Source::Prior => e.service.quantiles.p95,
     }
 }
 
