@@ -22,6 +22,9 @@ pub enum Outcome {
     /// Answered 503 by the backend's server-side deadline admission
     /// (the daemon's `admit` op said `reject_deadline`).
     RejectedDeadline,
+    /// Admitted, but still unanswered when the run ended (in the queue or in
+    /// service): it missed its deadline without ever completing.
+    Unfinished,
     /// Anything else that went wrong (connection reset mid-request, bad reply).
     Failed,
 }

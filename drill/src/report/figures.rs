@@ -22,12 +22,16 @@ pub struct PhaseFigures {
     pub degraded: u64,
     /// Answered 503 by the backend's deadline admission (`reject_deadline`).
     pub rejected_deadline: u64,
+    /// Admitted but still unanswered when the run ended.
+    pub unfinished: u64,
     pub failed: u64,
     /// Jobs turned away: rejected + deferred_timed_out + degraded +
     /// rejected_deadline.
     pub shed: u64,
-    /// Late as a share of the jobs that were admitted and completed.
-    pub late_share_of_completed: Option<f64>,
+    /// Jobs that missed their deadline after being admitted (completed late,
+    /// or unfinished when the run ended) as a share of all admitted jobs
+    /// (completed or unfinished).
+    pub late_share_of_admitted: Option<f64>,
     /// Of completions (on time or late): finished − arrival.
     pub latency: Option<Latency>,
     pub queue_age_p95_ms: Option<f64>,
@@ -134,7 +138,8 @@ impl PhaseFigures {
         let completions = jobs.iter().filter(|j| matches!(j.outcome, Outcome::OnTime | Outcome::Late));
         let latency = quantiles(completions.map(|j| j.finished_ms - j.arrival_ms), &[0.50, 0.95, 0.99])
             .map(|q| Latency { p50_ms: q[0], p95_ms: q[1], p99_ms: q[2] });
-        let completed = completed_on_time + late;
+        let unfinished = count(Outcome::Unfinished);
+        let admitted = completed_on_time + late + unfinished;
         let on_time_per_s = completed_on_time as f64 / duration_s;
         Self {
             duration_s,
@@ -146,9 +151,10 @@ impl PhaseFigures {
             deferred_timed_out,
             degraded,
             rejected_deadline,
+            unfinished,
             failed: count(Outcome::Failed),
             shed: rejected + deferred_timed_out + degraded + rejected_deadline,
-            late_share_of_completed: (completed > 0).then(|| late as f64 / completed as f64),
+            late_share_of_admitted: (admitted > 0).then(|| (late + unfinished) as f64 / admitted as f64),
             latency,
             queue_age_p95_ms: quantile(jobs.iter().filter_map(|j| j.queue_age_ms), 0.95),
             bound_per_s,
@@ -209,14 +215,16 @@ mod tests {
             job(Outcome::DeferredTimedOut, 0.0, 3000.0, None),
             job(Outcome::Degraded, 0.0, 5.0, None),
             job(Outcome::Failed, 0.0, 5.0, None),
+            job(Outcome::Unfinished, 0.0, 9000.0, None),
         ];
         let refs: Vec<_> = jobs.iter().collect();
         let f = PhaseFigures::of(&refs, 2.0, 3.0, None);
-        assert_eq!((f.offered, f.completed_on_time, f.late, f.failed), (9, 3, 1, 1));
+        assert_eq!((f.offered, f.completed_on_time, f.late, f.unfinished, f.failed), (10, 3, 1, 1, 1));
         assert_eq!((f.rejected, f.rejected_deadline, f.deferred_timed_out, f.degraded, f.shed), (1, 1, 1, 1, 4));
         assert_eq!(f.on_time_per_s, 1.5);
         assert_eq!(f.share_of_bound, 0.5);
-        assert_eq!(f.late_share_of_completed, Some(0.25));
+        // Late or unfinished, of on time + late + unfinished.
+        assert_eq!(f.late_share_of_admitted, Some(0.4));
         assert_eq!(f.latency, Some(Latency { p50_ms: 200.0, p95_ms: 4000.0, p99_ms: 4000.0 }));
         assert_eq!(f.queue_age_p95_ms, Some(3000.0));
         assert_eq!(f.rejected_deadline_per_s(), 0.5);
@@ -226,7 +234,7 @@ mod tests {
     fn a_phase_without_completions_has_no_latency_and_no_late_share() {
         let jobs = [job(Outcome::Rejected, 0.0, 1.0, None)];
         let f = PhaseFigures::of(&[&jobs[0]], 1.0, 10.0, None);
-        assert_eq!((f.latency, f.late_share_of_completed, f.queue_age_p95_ms), (None, None, None));
+        assert_eq!((f.latency, f.late_share_of_admitted, f.queue_age_p95_ms), (None, None, None));
         assert_eq!(f.share_of_bound, 0.0);
     }
 

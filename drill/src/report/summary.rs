@@ -32,7 +32,7 @@ pub fn table(report: &DrillReport) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<width$} {:<9} {:>7} {:>7} {:>9} {:>7} {:>6} {:>8} {:>6} {:>8} {:>8} {:>10} {:>10}",
+        "{:<width$} {:<9} {:>7} {:>7} {:>9} {:>7} {:>6} {:>6} {:>8} {:>6} {:>8} {:>8} {:>10} {:>10}",
         "mode",
         "phase",
         "offered",
@@ -40,6 +40,7 @@ pub fn table(report: &DrillReport) -> String {
         "on-time/s",
         "% bound",
         "late%",
+        "unfin",
         "rejected",
         "503-dl",
         "deferred",
@@ -90,14 +91,15 @@ fn row(mode: &str, width: usize, phase: Phase, f: &PhaseFigures) -> String {
     let percent = |share: Option<f64>| share.map_or("-".into(), |s| format!("{:.1}", s * 100.0));
     let optional_ms = |value: Option<f64>| value.map_or("-".into(), |v| format!("{v:.0}"));
     format!(
-        "{:<width$} {:<9} {:>7} {:>7} {:>9.2} {:>7.0} {:>6} {:>8} {:>6} {:>8} {:>8} {:>10} {:>10}",
+        "{:<width$} {:<9} {:>7} {:>7} {:>9.2} {:>7.0} {:>6} {:>6} {:>8} {:>6} {:>8} {:>8} {:>10} {:>10}",
         mode,
         phase.name(),
         f.offered,
         f.completed_on_time,
         f.on_time_per_s,
         f.share_of_bound * 100.0,
-        percent(f.late_share_of_completed),
+        percent(f.late_share_of_admitted),
+        f.unfinished,
         f.rejected,
         f.rejected_deadline,
         f.deferred_timed_out,

@@ -155,7 +155,7 @@ fn phase_figures_are_counted_by_arrival_on_the_workload_clock() {
     assert_eq!(steady.queue_age_p95_ms, Some(20.0));
     let injected = off.phase(Phase::Injected);
     assert_eq!((injected.completed_on_time, injected.late, injected.shed), (40, 60, 0));
-    assert_eq!(injected.late_share_of_completed, Some(0.6));
+    assert_eq!(injected.late_share_of_admitted, Some(0.6));
     // 40 of 100 completions took 800 ms, 60 took 2500 ms.
     assert_eq!(injected.latency.map(|l| (l.p50_ms, l.p95_ms)), Some((2500.0, 2500.0)));
     assert!(close(injected.bound_per_s, 7.111), "{}", injected.bound_per_s);
@@ -264,8 +264,8 @@ fn the_summary_table_has_a_row_per_mode_and_phase_and_the_verdicts() {
     assert_eq!(rows.len(), 12, "{table}");
     let enforce_injected = rows.iter().find(|r| r.split_whitespace().take(2).eq(["enforce", "injected"])).unwrap();
     let cells: Vec<&str> = enforce_injected.split_whitespace().collect();
-    // offered, on-time, on-time/s, % bound, late%, rejected, 503-dl.
-    assert_eq!(&cells[2..9], ["100", "70", "7.00", "98", "0.0", "15", "15"], "{enforce_injected}");
+    // offered, on-time, on-time/s, % bound, late%, unfinished, rejected, 503-dl.
+    assert_eq!(&cells[2..10], ["100", "70", "7.00", "98", "0.0", "0", "15", "15"], "{enforce_injected}");
     assert!(table.contains("capacity bound W/E[service]: steady 10.0/s (E 125 ms"), "{table}");
     assert_eq!(table.matches("\n  yes  ").count(), 5, "{table}");
     assert!(table.contains("static rates 8.0/s"), "{table}");

@@ -38,7 +38,8 @@ pub fn bin_run(run: &RunRecord, bins: usize) -> Vec<TimeBin> {
                 Outcome::Rejected | Outcome::RejectedDeadline | Outcome::DeferredTimedOut | Outcome::Degraded => {
                     *turned_away += 1
                 }
-                Outcome::Failed => {}
+                // Not a completion, and not turned away: it shows as queue age.
+                Outcome::Unfinished | Outcome::Failed => {}
             }
         }
         if let Some(bin) = job.queue_age_ms.and_then(|age| bin_of(job.arrival_ms + age)) {

@@ -121,8 +121,9 @@ async fn attempt_once(ctx: &RunContext, job: &PlannedJob, attempt: u32, addr: So
         return Attempt::bare(Outcome::Failed);
     }
     let head = match timeout_at(ctx.at(ctx.end_ms()), read_head(&mut stream)).await {
-        // Still unanswered when the run ends: it missed its deadline.
-        Err(_) => return Attempt::bare(Outcome::Late),
+        // Still unanswered when the run ends: it missed its deadline, but it
+        // is not a completion (its latency is unknown).
+        Err(_) => return Attempt::bare(Outcome::Unfinished),
         Ok(Err(_)) => return Attempt::bare(Outcome::Failed),
         Ok(Ok(head)) => head,
     };

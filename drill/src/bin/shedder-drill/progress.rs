@@ -22,7 +22,7 @@ impl Tally {
     pub fn count(&self, outcome: Outcome) {
         let counter = match outcome {
             Outcome::OnTime => &self.on_time,
-            Outcome::Late => &self.late,
+            Outcome::Late | Outcome::Unfinished => &self.late,
             Outcome::Rejected | Outcome::DeferredTimedOut | Outcome::Degraded | Outcome::RejectedDeadline => &self.shed,
             Outcome::Failed => &self.failed,
         };
