@@ -28,6 +28,7 @@ use std::{collections::BTreeMap, process::ExitCode};
 use anyhow::{Context as _, bail, ensure};
 use aya::programs::{TestRun, TestRunOptions, Xdp};
 use shedder_daemon::{
+    clock::monotonic_ns,
     config::Config,
     datapath::{Datapath, PassProgram},
 };
@@ -41,10 +42,15 @@ const XDP_TX: u32 = 3;
 const GOAL_RATIO: f64 = 2.0;
 
 /// One class per outcome, picked by destination port; the default class is
-/// open so wide that a benchmark never drains it.
+/// open so wide that a benchmark never drains it. The watchdog is armed, as
+/// under a running daemon, with a timeout (its maximum, an hour) that one
+/// heartbeat written at the start outlives.
 const CONFIG: &str = r#"
 mode = "enforce"
 default_class = "open"
+
+[watchdog]
+fail_open_after_ms = 3600000
 
 [[class]]
 name = "open"
@@ -251,6 +257,7 @@ fn bench() -> anyhow::Result<()> {
     let pass = PassProgram::load().context("loading the bare XDP_PASS baseline (run as root)")?;
     let mut datapath = Datapath::load().context("loading the fast path (run as root)")?;
     datapath.apply(&Config::parse(CONFIG)?.plan()?)?;
+    datapath.write_heartbeat(monotonic_ns())?;
 
     let syn = |port| TcpFrame::v4_default().dst_port(port).build();
     let ack = TcpFrame::v4_default().dst_port(8001).ack().build();
