@@ -32,7 +32,7 @@ pub struct Stage {
     pub runs_tests: bool,
 }
 
-pub const STAGES: [Stage; 5] = [
+pub const STAGES: [Stage; 6] = [
     Stage {
         name: "modules",
         what: "insmod veth, sch_ingress, cls_bpf where the kernel has them as modules",
@@ -59,6 +59,15 @@ pub const STAGES: [Stage; 5] = [
         what: "tests/tests/packet_table.rs: every table through BPF_PROG_TEST_RUN, XDP and TC",
         limit_s: 300,
         command: "/opt/shedder/packet_table",
+        runs_tests: true,
+    },
+    // The watchdog reads the coarse clock (bpf_ktime_get_coarse_ns, 5.11+),
+    // which no other stage exercises with a heartbeat written.
+    Stage {
+        name: "watchdog",
+        what: "tests/tests/watchdog.rs: a stale heartbeat fails open, a fresh one sheds, XDP and TC",
+        limit_s: 180,
+        command: "/opt/shedder/watchdog",
         runs_tests: true,
     },
     // The `netns_e2e` tests run in the guest: native XDP on veth, one refusal
@@ -353,7 +362,8 @@ mod tests {
         assert_eq!(verdicts[1], ("load-xdp", Ok(3)));
         assert_eq!(verdicts[2], ("load-tc", Err("exit status 1".into())));
         assert_eq!(verdicts[3], ("packet-table", Err("killed at its 300 s limit".into())));
-        assert!(verdicts[4].1.as_ref().unwrap_err().contains("never finished"));
+        assert_eq!(verdicts[4], ("watchdog", Err("never started".into())));
+        assert!(verdicts[5].1.as_ref().unwrap_err().contains("never finished"));
     }
 
     #[test]

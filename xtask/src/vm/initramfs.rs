@@ -90,12 +90,15 @@ impl Payload {
             "packet_table",
             "--test",
             "netns_e2e",
+            "--test",
+            "watchdog",
         ])?;
         let daemon = cargo_executables(&["build", "--package", "shedder-daemon", "--bin", "shedder"])?;
         let ours = [
             ("shedder", find(&daemon, "shedder", false)?),
             ("packet_table", find(&tests, "packet_table", true)?),
             ("netns_e2e", find(&tests, "netns_e2e", true)?),
+            ("watchdog", find(&tests, "watchdog", true)?),
         ];
         let busybox = host_tool("busybox", &["/bin/busybox", "/usr/bin/busybox"])
             .context("busybox is not installed (apt-get install busybox-static)")?;
