@@ -7,6 +7,8 @@
 //!   the nightly toolchain's own libLLVM, so rustc and the linker agree on the
 //!   LLVM version.
 //! * `ip` (iproute2): the test beds create network namespaces and veth pairs.
+//! * `nft` (nftables), for the drill and the benchmarks: the operator's static
+//!   alternative that shedder is compared with.
 
 use std::{
     path::{Path, PathBuf},
@@ -22,30 +24,51 @@ const BPF_LINKER_VERSION: &str = "0.13.0";
 /// LLVM majors that bpf-linker 0.13.0 has a `llvm-N` feature for.
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
 
+/// A program from a Debian package that a task runs.
+pub struct SystemTool {
+    pub package: &'static str,
+    pub binary: &'static str,
+    /// Why the project needs it, for messages.
+    pub why: &'static str,
+}
+
+const IPROUTE2: SystemTool =
+    SystemTool { package: "iproute2", binary: "ip", why: "the test beds create network namespaces and veth pairs" };
+const NFTABLES: SystemTool = SystemTool {
+    package: "nftables",
+    binary: "nft",
+    why: "the drill's `static` mode and the flood benchmark compare shedder with an nftables rule",
+};
+
 /// What a task needs from the machine.
 pub struct Needs {
     /// The task's name, for messages.
     pub task: &'static str,
     /// Refuse to run unless root (loading eBPF, creating namespaces).
     pub root: bool,
-    /// Make sure `ip` exists (installed when missing, if we are root).
-    pub iproute2: bool,
+    /// Programs to make sure of (installed when missing, if we are root).
+    pub tools: &'static [SystemTool],
 }
 
 impl Needs {
     /// `cargo xtask bootstrap`: everything that can be installed; no root required.
     pub fn everything(task: &'static str) -> Self {
-        Self { task, root: false, iproute2: true }
+        Self { task, root: false, tools: &[IPROUTE2, NFTABLES] }
     }
 
     /// Tasks that only compile.
     pub fn build(task: &'static str) -> Self {
-        Self { task, root: false, iproute2: false }
+        Self { task, root: false, tools: &[] }
     }
 
     /// Tasks that load eBPF programs and create network namespaces.
     pub fn root(task: &'static str) -> Self {
-        Self { task, root: true, iproute2: true }
+        Self { task, root: true, tools: &[IPROUTE2] }
+    }
+
+    /// Root tasks that also compare shedder with nftables (drill, bench).
+    pub fn root_with_nftables(task: &'static str) -> Self {
+        Self { task, root: true, tools: &[IPROUTE2, NFTABLES] }
     }
 }
 
@@ -63,8 +86,8 @@ pub fn run(needs: Needs) -> anyhow::Result<()> {
     }
     ensure_nightly_rust_src()?;
     ensure_bpf_linker()?;
-    if needs.iproute2 {
-        ensure_iproute2(needs.root)?;
+    for tool in needs.tools {
+        ensure_tool(tool, needs.root)?;
     }
     Ok(())
 }
@@ -256,33 +279,37 @@ fn prepend_to_path(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Where `ip` is; a non-root PATH often lacks the sbin directories.
-fn find_ip() -> Option<PathBuf> {
-    find_on_path("ip").or_else(|| {
-        ["/usr/sbin/ip", "/sbin/ip", "/usr/bin/ip", "/bin/ip"].into_iter().map(PathBuf::from).find(|p| is_executable(p))
+/// Where `binary` is; a non-root PATH often lacks the sbin directories.
+fn find_tool(binary: &str) -> Option<PathBuf> {
+    find_on_path(binary).or_else(|| {
+        ["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+            .into_iter()
+            .map(|dir| Path::new(dir).join(binary))
+            .find(|p| is_executable(p))
     })
 }
 
-fn ensure_iproute2(required: bool) -> anyhow::Result<()> {
-    if let Some(ip) = find_ip() {
-        say(format!("iproute2: present ({})", ip.display()));
+fn ensure_tool(tool: &SystemTool, required: bool) -> anyhow::Result<()> {
+    let SystemTool { package, binary, why } = tool;
+    if let Some(path) = find_tool(binary) {
+        say(format!("{package}: present ({})", path.display()));
         return Ok(());
     }
+    let missing = format!("{package} (`{binary}`) is missing; {why}");
     if !is_root() {
-        let message = "iproute2 (`ip`) is missing; the test beds need it to create network namespaces";
         if required {
-            bail!("{message}");
+            bail!("{missing}");
         }
-        say(format!("{message}. Run `cargo xtask bootstrap` as root to install it."));
+        say(format!("{missing}. Run `cargo xtask bootstrap` as root to install it."));
         return Ok(());
     }
     let Some(apt) = find_on_path("apt-get") else {
-        bail!("iproute2 (`ip`) is missing and there is no apt-get to install it; install iproute2 by hand");
+        bail!("{missing}, and there is no apt-get to install it; install {package} by hand");
     };
-    say("iproute2 (`ip`) is missing; the test beds need it to create network namespaces. Installing it");
+    say(format!("{missing}. Installing it"));
     let install = || {
         let mut cmd = Command::new(&apt);
-        cmd.env("DEBIAN_FRONTEND", "noninteractive").args(["install", "-y", "iproute2"]);
+        cmd.env("DEBIAN_FRONTEND", "noninteractive").args(["install", "-y", "--no-install-recommends", package]);
         cmd::run(&mut cmd)
     };
     if install().is_err() {
@@ -290,8 +317,8 @@ fn ensure_iproute2(required: bool) -> anyhow::Result<()> {
         cmd::run(Command::new(&apt).arg("update"))?;
         install()?;
     }
-    if find_ip().is_none() {
-        bail!("installed iproute2, but `ip` is still not found");
+    if find_tool(binary).is_none() {
+        bail!("installed {package}, but `{binary}` is still not found");
     }
     Ok(())
 }

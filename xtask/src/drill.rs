@@ -7,7 +7,7 @@
 use crate::{bootstrap, build, cmd};
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
-    bootstrap::run(bootstrap::Needs::root("drill"))?;
+    bootstrap::run(bootstrap::Needs::root_with_nftables("drill"))?;
     let daemon = build::daemon_release()?;
     cmd::run(
         cmd::cargo()

@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Install what building and testing need, if missing: nightly's rust-src,
-    /// bpf-linker (built against nightly's own LLVM), iproute2.
+    /// bpf-linker (built against nightly's own LLVM), iproute2, nftables.
     Bootstrap,
     /// Build the `shedder` daemon in release (its build script compiles and embeds the eBPF object).
     Build {
