@@ -4,28 +4,14 @@
 //! in the injected phase `enforce` completes at least twice as many jobs on
 //! time as `off`, and `observe` sheds nothing.
 //!
-//! The daemon binary is the one cargo built beside the drill binary (`cargo
-//! xtask test` builds it first), or `$SHEDDER_DAEMON`.
+//! The daemon binary is the one cargo built beside the tests (`cargo xtask
+//! test` builds it first), or `$SHEDDER_BIN`.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use shedder_drill::{phase::Phase, report::DrillReport};
-
-fn daemon_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("SHEDDER_DAEMON") {
-        return PathBuf::from(path);
-    }
-    let drill = Path::new(env!("CARGO_BIN_EXE_shedder-drill"));
-    let beside = drill.with_file_name("shedder");
-    assert!(
-        beside.is_file(),
-        "no daemon binary at {} (build it with `cargo build -p shedder-daemon --bin shedder`, \
-         or run `cargo xtask test`, which does)",
-        beside.display()
-    );
-    beside
-}
+use shedder_tests::daemon_process::daemon_binary;
 
 #[test]
 fn enforce_finishes_more_on_time_than_off_under_the_tail_and_observe_sheds_nothing() {

@@ -4,6 +4,7 @@
 
 use std::{
     io::{BufRead as _, BufReader},
+    path::{Path, PathBuf},
     process::{Command, Stdio},
     sync::mpsc::{Receiver, RecvTimeoutError},
     time::{Duration, Instant},
@@ -74,4 +75,23 @@ impl DaemonProcess {
     pub fn stop(self, signal: Signal, grace: Duration) -> bool {
         self.guard.stop(signal, grace)
     }
+}
+
+/// The `shedder` binary for a test that is not in the daemon's own crate
+/// (where `CARGO_BIN_EXE_shedder` names it): `$SHEDDER_BIN`, or the one cargo
+/// built in the test's own `target/<profile>/` (`cargo xtask test` builds it
+/// before the tests run).
+pub fn daemon_binary() -> PathBuf {
+    if let Some(path) = std::env::var_os("SHEDDER_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let path = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").join("shedder");
+    assert!(
+        path.is_file(),
+        "no daemon binary at {} (`cargo xtask test` builds it; or `cargo build -p shedder-daemon --bin shedder`, \
+         or set SHEDDER_BIN)",
+        path.display()
+    );
+    path
 }

@@ -28,9 +28,7 @@
 //! flood class in `off` mode the goodput held in one run and fell to 76% in
 //! another). The counters, not the goodput, are what fail without shedder.
 //!
-//! The test needs the `shedder` binary beside its own target directory:
-//! `cargo xtask test` builds it; on its own, `cargo build -p shedder-daemon`
-//! first (or point `SHEDDER_BIN` at one).
+//! The test needs the `shedder` binary (see `daemon_process::daemon_binary`).
 
 use std::{
     io::{Read as _, Write as _},
@@ -48,9 +46,10 @@ use std::{
 use nix::sys::signal::Signal;
 use shedder_daemon::api::ctl::{self, CtlOp};
 use shedder_tests::{
-    child::ChildGuard,
+    daemon_process::{DaemonProcess, daemon_binary},
     flood::{FloodLimits, FloodReport, FloodTarget, SynFlood, link_mac},
-    netns::{Testbed, unique_name},
+    netns::Testbed,
+    scratch::ScratchDir,
 };
 
 const API_PORT: u16 = 8000;
@@ -98,54 +97,31 @@ class = "flood"
 dst_port = 9001
 "#;
 
-/// Where `cargo test` put the `shedder` binary: `target/<profile>/`, one
-/// level above this test's own `deps/` directory.
-fn daemon_binary() -> PathBuf {
-    if let Some(path) = std::env::var_os("SHEDDER_BIN") {
-        return PathBuf::from(path);
-    }
-    let exe = std::env::current_exe().expect("the test binary's path");
-    let path = exe.parent().and_then(Path::parent).expect("target/<profile>/deps/<test>").join("shedder");
-    assert!(
-        path.exists(),
-        "no daemon binary at {} (`cargo xtask test` builds it; or `cargo build -p shedder-daemon`, or set SHEDDER_BIN)",
-        path.display()
-    );
-    path
-}
-
 /// `shedder run` in the server namespace, with this test's config and
-/// control socket in a private directory; stopped (SIGTERM) and cleaned up
-/// on drop. `--no-pin`: nothing outlives the daemon.
-struct DaemonProcess {
-    process: Option<ChildGuard>,
-    dir: PathBuf,
+/// control socket in a scratch directory; killed and cleaned up on drop.
+/// `--no-pin`: nothing outlives the daemon.
+struct FloodDaemon {
+    process: DaemonProcess,
+    scratch: ScratchDir,
 }
 
-impl DaemonProcess {
+impl FloodDaemon {
     fn start(bed: &Testbed) -> Self {
-        let dir = std::env::temp_dir().join(unique_name("shedder-flood-"));
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("shedder.toml"), CONFIG).unwrap();
+        let scratch = ScratchDir::new("shedder-flood-").unwrap();
+        let config = scratch.write("shedder.toml", CONFIG).unwrap();
         let mut cmd = bed.server.command(daemon_binary());
         cmd.args(["run", "--no-pin", "--iface", &bed.server_if, "--attach", "xdp", "--report-every", "60"])
             .arg("--config")
-            .arg(dir.join("shedder.toml"))
+            .arg(config)
             .arg("--socket")
-            .arg(dir.join("control.sock"));
-        let process = ChildGuard::spawn(&mut cmd, "shedder run").unwrap();
-        let mut daemon = Self { process: Some(process), dir };
-        let until = Instant::now() + Duration::from_secs(30);
-        while !answers_status(&daemon.socket()) {
-            assert!(daemon.process.as_mut().unwrap().is_running(), "the daemon exited while starting");
-            assert!(Instant::now() < until, "the daemon's control socket did not answer within 30 s");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        daemon
+            .arg(scratch.path().join("control.sock"));
+        let mut process = DaemonProcess::start(&mut cmd).unwrap();
+        process.wait_for("control socket listening", Duration::from_secs(30)).unwrap();
+        Self { process, scratch }
     }
 
     fn socket(&self) -> PathBuf {
-        self.dir.join("control.sock")
+        self.scratch.path().join("control.sock")
     }
 
     /// (seen, admitted, dropped) of `class`, from `status`.
@@ -159,15 +135,8 @@ impl DaemonProcess {
     }
 
     /// SIGTERM, as an operator stops it; true if it exited within the grace.
-    fn stop(mut self) -> bool {
-        self.process.take().unwrap().stop(Signal::SIGTERM, Duration::from_secs(10))
-    }
-}
-
-impl Drop for DaemonProcess {
-    fn drop(&mut self) {
-        drop(self.process.take()); // killed and reaped, if still running
-        let _ = std::fs::remove_dir_all(&self.dir);
+    fn stop(self) -> bool {
+        self.process.stop(Signal::SIGTERM, Duration::from_secs(10))
     }
 }
 
@@ -274,7 +243,7 @@ fn flooded_phase(
 #[test]
 fn legitimate_goodput_and_the_control_socket_survive_a_syn_flood() {
     let bed = Testbed::new().expect("test bed (root, iproute2)");
-    let daemon = DaemonProcess::start(&bed);
+    let daemon = FloodDaemon::start(&bed);
     let stop_server = Arc::new(AtomicBool::new(false));
     let server =
         serve(bed.listen(SocketAddr::new(Testbed::SERVER_V4.into(), API_PORT), false).unwrap(), stop_server.clone());
