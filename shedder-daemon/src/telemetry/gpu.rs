@@ -242,6 +242,8 @@ mod tests {
         let mut source = source.unwrap();
         let readings = source.read().expect("reading a GPU source");
         if nvml_present {
+            // The figures a GPU host shows, for whoever runs this there.
+            println!("{}: {readings:?}", source.describe());
             assert!(source.describe().starts_with("nvml"), "{}", source.describe());
             for gpu in &readings {
                 assert!(gpu.utilization_pct <= 100, "{gpu:?}");
