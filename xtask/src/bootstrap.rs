@@ -1,6 +1,5 @@
 //! Makes this machine able to build and test shedder, installing only what is
-//! missing, and saying what it does and why. See ../shared/ENVIRONMENT.md
-//! ("bpf-linker") for the recipe this follows.
+//! missing, and saying what it does and why.
 //!
 //! * nightly's `rust-src`: the eBPF crate is built with `-Z build-std=core`.
 //! * `bpf-linker`: links Rust eBPF objects. It is built from crates.io against
@@ -107,7 +106,7 @@ fn rustup() -> anyhow::Result<Command> {
         Some(path) => Ok(Command::new(path)),
         None => bail!(
             "rustup is not on PATH nor in $CARGO_HOME/bin; shedder's eBPF crate is built with rustup's \
-             `nightly` toolchain (see ../shared/ENVIRONMENT.md)"
+             `nightly` toolchain: install rustup (https://rustup.rs) and run again"
         ),
     }
 }
@@ -184,7 +183,7 @@ fn ensure_bpf_linker() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The recipe from ../shared/ENVIRONMENT.md:
+/// bpf-linker against nightly's own libLLVM, as a shell recipe:
 ///
 /// ```sh
 /// SYSROOT=$(rustc +nightly --print sysroot)
@@ -196,7 +195,7 @@ fn ensure_bpf_linker() -> anyhow::Result<()> {
 /// LLVM_PREFIX=$PFX cargo install bpf-linker --version 0.13.0 --no-default-features --features llvm-22
 /// ```
 ///
-/// The `llvm-N` feature follows nightly's LLVM major (22 on this project's machines).
+/// The `llvm-N` feature follows nightly's LLVM major (22 at the time of writing).
 fn install_bpf_linker(force: bool) -> anyhow::Result<()> {
     let sysroot = PathBuf::from(cmd::output(nightly("rustc")?.args(["--print", "sysroot"]))?.trim());
     let sysroot_lib = sysroot.join("lib");

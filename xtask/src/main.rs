@@ -51,7 +51,7 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// The failure drill: the seed's workload through the real daemon between two
+    /// The failure drill: the reference workload through the real daemon between two
     /// network namespaces, once per mode (off, observe, enforce, static), judged by
     /// completed-on-time. Needs root. Arguments go to `shedder-drill` (try `-- --help`).
     Drill {
