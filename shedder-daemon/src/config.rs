@@ -542,10 +542,29 @@ mod tests {
         }
     }
 
+    /// `shedder run` without --config must be safe on a production host:
+    /// whatever class a SYN lands in, over budget or not, it passes.
     #[test]
-    fn the_embedded_default_is_valid() {
-        let plan = Config::embedded_default().plan().unwrap();
-        assert!(plan.classes.len() >= 2);
+    fn the_embedded_default_sheds_nothing() {
+        use shedder_common::{
+            classify::effective_mode,
+            verdict::{Outcome, decide},
+        };
+        let config = Config::embedded_default();
+        config.control().unwrap();
+        let plan = config.plan().unwrap();
+        assert_eq!(plan.global.mode, Mode::Observe as u8);
+        assert_eq!(plan.class_names, ["default"]);
+        for (name, class) in plan.class_names.iter().zip(&plan.classes) {
+            let mode = effective_mode(plan.global.mode, class.mode);
+            for fits in [true, false] {
+                let outcome = decide(mode, Action::from_u8(class.action), fits);
+                assert!(
+                    matches!(outcome, Outcome::Admitted | Outcome::WouldShed),
+                    "class {name}, fits {fits}: {outcome:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The `shedder` binary as an operator meets it: a bad config is refused with
-//! the field named and nothing attached; a good one attaches, reports the mode
-//! it got, and, run with `--no-pin`, detaches cleanly on SIGTERM and SIGINT.
+//! the field named and nothing attached; without a config it attaches, reports
+//! the hook it got, observes without shedding anything, and, run with
+//! `--no-pin`, detaches cleanly on SIGTERM and SIGINT.
 //! (Pinned runs, which stay attached, are tested in restart.rs.)
 
 use aya::programs::{SchedClassifier, TcAttachType};
@@ -101,12 +102,34 @@ impl Drop for KillOnDrop {
     }
 }
 
-/// Starts an unpinned daemon, waits for its "attached" line, checks the hook,
-/// stops it with `signal`, and checks it exited cleanly and left nothing behind.
+/// `shedder ctl status --json` once the daemon answers (a bounded wait).
+fn status(socket: &std::path::Path) -> serde_json::Value {
+    for _ in 0..100 {
+        let out = Command::new(env!("CARGO_BIN_EXE_shedder"))
+            .args(["ctl", "--json", "--socket"])
+            .arg(socket)
+            .arg("status")
+            .output()
+            .unwrap();
+        if out.status.success() {
+            return serde_json::from_slice(&out.stdout).unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("the control socket {} never answered status", socket.display());
+}
+
+/// Starts an unpinned daemon without a config, waits for its "attached"
+/// line, checks the hook and that the embedded default only observes, stops
+/// it with `signal`, and checks it exited cleanly and left nothing behind.
 fn run_and_stop(attach: &str, signal: nix::sys::signal::Signal, expect_mode: &str) {
     let sandbox = Sandbox::new(attach);
+    let scratch = shedder_tests::scratch::ScratchDir::new(&format!("cli-{attach}")).unwrap();
+    let socket = scratch.path().join("control.sock");
     let mut child = sandbox
         .shedder(&["run", "--iface", sandbox.iface, "--attach", attach, "--report-every", "60", "--no-pin"])
+        .arg("--socket")
+        .arg(&socket)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -131,6 +154,11 @@ fn run_and_stop(attach: &str, signal: nix::sys::signal::Signal, expect_mode: &st
     match attach {
         "xdp" => assert!(sandbox.has_xdp(), "XDP should be attached while running"),
         _ => assert!(sandbox.has_tc_program(), "TC program should be attached while running"),
+    }
+    let status = status(&socket);
+    assert_eq!(status["mode"], "observe", "{status}");
+    for class in status["classes"].as_array().unwrap() {
+        assert_eq!(class["mode"], "observe", "without a config no class may enforce: {status}");
     }
     // `ip netns exec` execs the daemon, so the child PID is the daemon's.
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), signal).unwrap();

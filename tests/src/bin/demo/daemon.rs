@@ -25,15 +25,13 @@ pub struct Daemon {
 
 impl Daemon {
     /// Runs `binary` on the server's veth end with XDP, reporting every
-    /// second, with `config` or its embedded default. Unpinned: the demo's
-    /// interfaces are throwaway, so nothing may outlive it.
-    pub fn start(testbed: &Testbed, binary: &Path, config: Option<&Path>) -> anyhow::Result<Self> {
+    /// second, with `config`. Unpinned: the demo's interfaces are throwaway,
+    /// so nothing may outlive it.
+    pub fn start(testbed: &Testbed, binary: &Path, config: &Path) -> anyhow::Result<Self> {
         let (reader, writer) = std::io::pipe().context("creating a pipe for the daemon's log")?;
         let mut cmd = testbed.server.command(binary);
         cmd.args(["run", "--iface", &testbed.server_if, "--attach", "xdp", "--report-every", "1", "--no-pin"]);
-        if let Some(config) = config {
-            cmd.arg("--config").arg(config);
-        }
+        cmd.arg("--config").arg(config);
         cmd.env("RUST_LOG", "info").stdin(Stdio::null()).stdout(writer.try_clone()?).stderr(writer);
         // The demo stops the daemon itself, after reading its final counters.
         let guard = ChildGuard::spawn_owned(&mut cmd, "the shedder daemon")?;

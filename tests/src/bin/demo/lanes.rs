@@ -36,7 +36,7 @@ impl Lane {
 }
 
 /// One lane per destination-port rule, plus the default class on a port no
-/// rule names (9000 with the default config).
+/// rule names (9000 with the demo's config).
 pub fn lanes(config: &Config) -> anyhow::Result<Vec<Lane>> {
     config.plan().context("invalid config")?;
     let class = |name: &str| config.classes.iter().find(|c| c.name == name).expect("plan() checked the names");
@@ -59,8 +59,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_default_config_gives_one_lane_per_port_rule_and_one_for_the_default_class() {
-        let lanes = lanes(&Config::embedded_default()).unwrap();
+    fn the_demo_config_gives_one_lane_per_port_rule_and_one_for_the_default_class() {
+        let lanes = lanes(&Config::from_file(std::path::Path::new(crate::DEMO_CONFIG)).unwrap()).unwrap();
         let got: Vec<(&str, u16, String)> = lanes.iter().map(|l| (l.spec.name.as_str(), l.port, l.action())).collect();
         assert_eq!(
             got,

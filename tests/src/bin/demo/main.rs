@@ -2,7 +2,7 @@
 //!
 //! Two network namespaces joined by a veth pair stand in for a client host and
 //! an inference host. The real `shedder` daemon attaches its XDP program to the
-//! server's interface with the default config. Small TCP servers listen on one
+//! server's interface with `config/four-classes.toml`. Small TCP servers listen on one
 //! port per class, and the client opens new connections to each port faster than
 //! the class's budget. Every second the demo prints what the client saw next to
 //! what the daemon counted, so each action is visible from both sides:
@@ -66,10 +66,14 @@ struct Args {
     /// Milliseconds a connect() waits for the SYN-ACK before it counts as timed out (50..=5000).
     #[arg(long, default_value_t = 300, value_parser = clap::value_parser!(u64).range(50..=5000))]
     connect_timeout_ms: u64,
-    /// Configuration for the daemon (TOML); its embedded default when absent.
-    #[arg(long)]
-    config: Option<PathBuf>,
+    /// Configuration for the daemon (TOML): one lane per destination-port rule, plus the default class.
+    #[arg(long, default_value = DEMO_CONFIG)]
+    config: PathBuf,
 }
+
+/// The four-class example: the daemon's embedded default only observes, and
+/// a tour needs something shed.
+const DEMO_CONFIG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../config/four-classes.toml");
 
 fn main() {
     let args = Args::parse();
@@ -92,10 +96,7 @@ fn demo(args: &Args) -> anyhow::Result<bool> {
     if !args.daemon.is_file() {
         bail!("no daemon binary at {} (run `cargo xtask demo`)", args.daemon.display());
     }
-    let config = match &args.config {
-        Some(path) => Config::from_file(path)?,
-        None => Config::embedded_default(),
-    };
+    let config = Config::from_file(&args.config)?;
     let lanes = Arc::new(lanes(&config)?);
     catch_stop_signals()?;
 
@@ -129,7 +130,7 @@ fn demo(args: &Args) -> anyhow::Result<bool> {
             .join(", ")
     );
 
-    let mut daemon = Daemon::start(&testbed, &args.daemon, args.config.as_deref())?;
+    let mut daemon = Daemon::start(&testbed, &args.daemon, &args.config)?;
     println!(
         "daemon: {} run --iface {} --attach xdp --report-every 1 --no-pin (pid {})",
         args.daemon.display(),
