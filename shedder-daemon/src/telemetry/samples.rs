@@ -366,12 +366,6 @@ mod tests {
     }
 
     #[test]
-    fn the_inbox_is_shared_between_threads() {
-        fn shared<T: Send + Sync + 'static>() {}
-        shared::<SampleInbox>();
-    }
-
-    #[test]
     fn an_empty_batch_is_fine() {
         let inbox = SampleInbox::new();
         assert_eq!(inbox.push(Vec::new()), Ok(0));

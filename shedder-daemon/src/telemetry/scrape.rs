@@ -654,13 +654,6 @@ mod tests {
     }
 
     #[test]
-    fn scrapers_can_move_to_a_blocking_thread() {
-        fn send<T: Send + 'static>() {}
-        send::<Scraper>();
-        send::<TargetState>();
-    }
-
-    #[test]
     fn targets_deserialize_from_toml_and_refuse_unknown_fields() {
         #[derive(Deserialize)]
         struct Config {
