@@ -132,9 +132,10 @@ fn demo(args: &Args) -> anyhow::Result<bool> {
 
     let mut daemon = Daemon::start(&testbed, &args.daemon, &args.config)?;
     println!(
-        "daemon: {} run --iface {} --attach xdp --report-every 1 --no-pin (pid {})",
+        "daemon: {} run --iface {} --attach xdp --report-every 1 --no-pin --config {} (pid {})",
         args.daemon.display(),
         testbed.server_if,
+        args.config.display(),
         daemon.guard.id()
     );
     let attached = daemon.wait_attached(Duration::from_secs(30))?;
