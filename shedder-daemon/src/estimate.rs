@@ -41,6 +41,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use sketches_ddsketch::{Config as SketchConfig, DDSketch};
 
+use crate::service_curve::ServiceCurve;
 use crate::telemetry::{ClassObservations, Observation};
 
 /// Relative accuracy of every sketch: a reported quantile is within 1% of a
@@ -305,6 +306,11 @@ pub struct ClassEstimate {
     /// `queue_age_recent`: a regime change shows here seconds before it
     /// dominates the window.
     pub service_recent: Distribution,
+    /// Service time as a curve (`P(service ≤ t)` and the mean): the window's,
+    /// or at every probability the recent horizon's where that is higher
+    /// (fast attack, as for the p95s); the prior's lognormal below
+    /// `min_samples`. What job-level admission and the capacity model read.
+    pub service_curve: ServiceCurve,
     pub completions: Completions,
     /// Jobs waiting, as last reported (`None` if never, or older than the window).
     pub queue_depth: Option<Gauge<u64>>,
@@ -563,6 +569,21 @@ impl Estimators {
             drained as f64 * 1000.0 / span_ms as f64
         });
 
+        let prior_curve = || ServiceCurve::lognormal(state.prior.service_p50_ms, state.prior.service_p95_ms);
+        let measured_curve = |sketch: &DDSketch| {
+            (sketch.count() as u64 >= p.min_samples).then(|| ServiceCurve::of_sketch(sketch)).flatten()
+        };
+        let service_curve = match (measured_curve(&service), service_recent.as_ref().and_then(measured_curve)) {
+            (Some(window), Some(recent)) => window.upper(&recent),
+            (Some(window), None) => window,
+            // Too few samples for quantiles to mean much. A configured prior
+            // is the better guess; without one, a few real samples still
+            // beat "no cost at all" (a class throttled to a trickle must
+            // not look free and be let in wholesale).
+            (None, _) if state.prior.service_p95_ms > 0.0 => prior_curve(),
+            (None, _) => ServiceCurve::of_sketch(&service).unwrap_or_else(prior_curve),
+        };
+
         let fresh = |at: u64| {
             let age = now_ms.saturating_sub(at);
             (age <= p.window_ms).then_some(age)
@@ -577,6 +598,7 @@ impl Estimators {
             queue_age_recent_ms,
             service: distribution(&service, state.prior.service()),
             service_recent: distribution(service_recent.as_ref().unwrap_or(&service), state.prior.service()),
+            service_curve,
             completions,
             queue_depth: state.queue_depth.and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),
             kv_cache_usage: state.kv_cache.and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),

@@ -6,6 +6,7 @@
 //! * [`pin`]: the maps and link pinned in bpffs, so the fast path outlives the daemon.
 //! * [`telemetry`]: GPU readings, pushed samples and scraped exporters.
 //! * [`estimate`]: per-class sliding-window quantiles of queue age and service time.
+//! * [`service_curve`]: a service-time distribution as P(service ≤ t) and a mean.
 //! * [`control`]: deadline slack, the budget law and the GPU gate.
 //! * [`control_loop`]: the per-tick work that ties them to the datapath.
 //! * [`daemon`]: the running daemon's state and the handle other tasks reach it by.
@@ -29,4 +30,5 @@ pub mod metrics;
 pub mod pin;
 pub mod privilege;
 pub mod report;
+pub mod service_curve;
 pub mod telemetry;

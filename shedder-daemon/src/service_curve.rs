@@ -1,0 +1,208 @@
+//! A class's service-time distribution as a curve: the chance that a job
+//! finishes within a given time, and the mean work it costs a worker.
+//!
+//! The controller judges admission on the whole distribution, not one
+//! quantile: a class whose p95 is past its deadline still has jobs that make
+//! it, and `P(service ≤ time left)` says how many. The curve is a table of
+//! quantiles on a fixed grid (from a DDSketch, or a lognormal fitted to a
+//! prior's p50/p95), read by linear interpolation, plus the mean, which is
+//! what an admitted job costs in worker-seconds when its size is unknown.
+
+use serde::{Deserialize, Serialize};
+use sketches_ddsketch::DDSketch;
+
+/// The table holds a quantile for every whole percent, 1% to 99%: fine
+/// enough that a curve with a jump (a quarter of jobs far slower than the
+/// rest) is read at the jump, not smeared across a coarse step.
+const GRID_STEPS: usize = 99;
+
+fn grid(i: usize) -> f64 {
+    (i + 1) as f64 / 100.0
+}
+
+/// The standard normal's 95th percentile: a lognormal's σ from its p50 and p95.
+const Z95: f64 = 1.644_853_6;
+
+/// Service time as a curve. All times in ms.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ServiceCurve {
+    /// `quantiles[i]` is the `GRID[i]` quantile; non-decreasing.
+    quantiles: Vec<f64>,
+    pub mean_ms: f64,
+}
+
+impl ServiceCurve {
+    /// The curve of a sketch's samples; `None` when it holds none.
+    pub fn of_sketch(sketch: &DDSketch) -> Option<Self> {
+        let count = sketch.count();
+        if count == 0 {
+            return None;
+        }
+        let mut quantiles = Vec::with_capacity(GRID_STEPS);
+        for i in 0..GRID_STEPS {
+            quantiles.push(sketch.quantile(grid(i)).ok().flatten()?.max(0.0));
+        }
+        monotone(&mut quantiles);
+        let mean_ms = sketch.sum().map_or(quantiles[49], |s| (s / count as f64).max(0.0));
+        Some(ServiceCurve { quantiles, mean_ms })
+    }
+
+    /// A lognormal through `p50` and `p95` (a prior). With `p50` unknown or
+    /// not below `p95`, every job is taken to need `p95`: a prior is a guess,
+    /// and a point mass at its p95 is the cautious one.
+    pub fn lognormal(p50: Option<f64>, p95: f64) -> Self {
+        let p95 = p95.max(0.0);
+        let Some(p50) = p50.filter(|p50| *p50 > 0.0 && *p50 < p95) else {
+            return ServiceCurve { quantiles: vec![p95; GRID_STEPS], mean_ms: p95 };
+        };
+        let sigma = (p95 / p50).ln() / Z95;
+        let quantiles = (0..GRID_STEPS).map(|i| p50 * (sigma * normal_quantile(grid(i))).exp()).collect();
+        ServiceCurve { quantiles, mean_ms: p50 * (sigma * sigma / 2.0).exp() }
+    }
+
+    /// The larger of two curves at every probability, and the larger mean:
+    /// the cautious reading when a recent horizon and the window disagree.
+    pub fn upper(&self, other: &ServiceCurve) -> ServiceCurve {
+        let quantiles = self.quantiles.iter().zip(&other.quantiles).map(|(a, b)| a.max(*b)).collect();
+        ServiceCurve { quantiles, mean_ms: self.mean_ms.max(other.mean_ms) }
+    }
+
+    /// `E[service²]`, ms², from the table: each percent of jobs at its
+    /// quantile (the mean-square of a distribution read at its quantiles).
+    pub fn second_moment_ms2(&self) -> f64 {
+        let table: f64 = self.quantiles.iter().map(|v| v * v).sum::<f64>() / GRID_STEPS as f64;
+        // Never below mean², which would be a negative variance.
+        table.max(self.mean_ms * self.mean_ms)
+    }
+
+    /// The `q` quantile, ms (`q` clamped to the table's 1%..99%).
+    pub fn quantile(&self, q: f64) -> f64 {
+        let at = (q.clamp(grid(0), grid(GRID_STEPS - 1)) * 100.0 - 1.0).max(0.0);
+        let i = (at.floor() as usize).min(GRID_STEPS - 1);
+        let Some(&next) = self.quantiles.get(i + 1) else { return self.quantiles[i] };
+        self.quantiles[i] + (next - self.quantiles[i]) * (at - i as f64)
+    }
+
+    /// `P(service ≤ ms)`: the chance that a job started now with `ms` left
+    /// finishes in time. Below the table's first quantile the chance falls
+    /// linearly to 0 at 0 ms; past its last it is taken as 99% (the curve
+    /// knows nothing of the extreme tail, and says no more than it knows).
+    pub fn p_within(&self, ms: f64) -> f64 {
+        if ms.is_nan() || ms <= 0.0 {
+            return 0.0;
+        }
+        let last = GRID_STEPS - 1;
+        if ms >= self.quantiles[last] {
+            return grid(last);
+        }
+        // The first quantile above `ms`, and interpolation from the one before.
+        let i = self.quantiles.partition_point(|v| *v <= ms);
+        if i == 0 {
+            return grid(0) * ms / self.quantiles[0];
+        }
+        let (v0, v1) = (self.quantiles[i - 1], self.quantiles[i]);
+        grid(i - 1) + (grid(i) - grid(i - 1)) * (ms - v0) / (v1 - v0)
+    }
+}
+
+/// Sketch quantiles are monotone up to rounding; make it exact.
+fn monotone(values: &mut [f64]) {
+    for i in 1..values.len() {
+        values[i] = values[i].max(values[i - 1]);
+    }
+}
+
+/// The standard normal's quantile.
+fn normal_quantile(p: f64) -> f64 {
+    use statrs::distribution::{ContinuousCDF, Normal};
+    Normal::standard().inverse_cdf(p)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sketches_ddsketch::Config;
+
+    fn close(a: f64, b: f64, rel: f64) -> bool {
+        (a - b).abs() <= rel * b.abs().max(1e-9)
+    }
+
+    #[test]
+    fn a_lognormal_prior_goes_through_its_p50_and_p95() {
+        let c = ServiceCurve::lognormal(Some(120.0), 400.0);
+        assert!(close(c.quantile(0.5), 120.0, 1e-6), "{}", c.quantile(0.5));
+        assert!(close(c.quantile(0.95), 400.0, 1e-6), "{}", c.quantile(0.95));
+        // E[S] of a lognormal is p50·exp(σ²/2): 120·exp(0.5·(ln(400/120)/1.645)²) = 156.9 ms.
+        assert!(close(c.mean_ms, 156.86, 1e-3), "{}", c.mean_ms);
+        assert!(close(c.p_within(120.0), 0.5, 1e-6));
+        assert!(close(c.p_within(400.0), 0.95, 1e-6));
+    }
+
+    #[test]
+    fn chance_of_finishing_reads_the_curve() {
+        let c = ServiceCurve::lognormal(Some(100.0), 1_000.0);
+        // A table: time left → P(service ≤ time left).
+        let rows = [(-5.0, 0.0), (0.0, 0.0), (f64::NAN, 0.0), (100.0, 0.5), (1_000.0, 0.95), (1e9, 0.99)];
+        for (ms, p) in rows {
+            assert!(close(c.p_within(ms), p, 1e-6), "p_within({ms}) = {} not {p}", c.p_within(ms));
+        }
+        // Monotone in the time left.
+        let mut last = 0.0;
+        for ms in (0..5_000).step_by(7) {
+            let p = c.p_within(ms as f64);
+            assert!(p >= last, "not monotone at {ms}");
+            last = p;
+        }
+    }
+
+    #[test]
+    fn a_prior_without_a_median_is_a_point_mass_at_its_p95() {
+        for c in [ServiceCurve::lognormal(None, 300.0), ServiceCurve::lognormal(Some(300.0), 300.0)] {
+            assert_eq!((c.quantile(0.01), c.quantile(0.99), c.mean_ms), (300.0, 300.0, 300.0));
+            assert_eq!(c.p_within(299.0), 0.01 * 299.0 / 300.0);
+            assert_eq!(c.p_within(300.0), 0.99);
+        }
+        // The all-zero default prior: any time left is enough.
+        assert_eq!(ServiceCurve::lognormal(None, 0.0).p_within(1.0), 0.99);
+    }
+
+    #[test]
+    fn a_sketch_gives_its_quantiles_and_its_mean() {
+        let mut sketch = DDSketch::new(Config::new(0.01, 2048, 1e-9));
+        assert!(ServiceCurve::of_sketch(&sketch).is_none());
+        // 75% of jobs take 100 ms, 25% take 4000 ms: the tail is past a 3 s deadline.
+        sketch.add_with_count(100.0, 75);
+        sketch.add_with_count(4_000.0, 25);
+        let c = ServiceCurve::of_sketch(&sketch).unwrap();
+        assert!(close(c.mean_ms, 1_075.0, 1e-9), "{}", c.mean_ms);
+        assert!(close(c.quantile(0.5), 100.0, 0.02));
+        assert!(close(c.quantile(0.95), 4_000.0, 0.02));
+        // Three quarters of the jobs finish within 3 s, whatever the p95 says.
+        let p = c.p_within(3_000.0);
+        assert!((0.70..=0.80).contains(&p), "{p}");
+    }
+
+    #[test]
+    fn the_second_moment_sees_the_tail() {
+        // A point mass: variance 0.
+        let point = ServiceCurve::lognormal(None, 300.0);
+        assert_eq!(point.second_moment_ms2(), 90_000.0);
+        // 75% at 100 ms, 25% at 4 s: E[S²] = 0.75·100² + 0.25·4000² = 4,007,500.
+        let mut sketch = DDSketch::new(Config::new(0.01, 2048, 1e-9));
+        sketch.add_with_count(100.0, 75);
+        sketch.add_with_count(4_000.0, 25);
+        let m2 = ServiceCurve::of_sketch(&sketch).unwrap().second_moment_ms2();
+        assert!(close(m2, 4_007_500.0, 0.05), "{m2}");
+    }
+
+    #[test]
+    fn the_upper_curve_is_the_cautious_one() {
+        let fast = ServiceCurve::lognormal(Some(100.0), 300.0);
+        let slow = ServiceCurve::lognormal(Some(150.0), 250.0);
+        let u = fast.upper(&slow);
+        assert_eq!(u.quantile(0.5), 150.0_f64.max(fast.quantile(0.5)));
+        assert!(close(u.quantile(0.95), 300.0, 1e-6));
+        assert!(u.p_within(200.0) <= fast.p_within(200.0).min(slow.p_within(200.0)) + 1e-12);
+        assert_eq!(u.mean_ms, fast.mean_ms.max(slow.mean_ms));
+    }
+}
