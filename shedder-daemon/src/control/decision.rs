@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
+use super::CapacityPlan;
 use super::gate::GpuSummary;
 use super::slack::Slack;
 
@@ -12,9 +13,9 @@ use super::slack::Slack;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Action {
-    /// Multiplicative cut on negative slack.
+    /// The budget went down: less capacity, or a smaller allocation.
     Cut,
-    /// Additive recovery on positive slack.
+    /// The budget went up.
     Recover,
     /// Opportunistic class held at its minimum by the GPU gate.
     Gate,
@@ -47,12 +48,20 @@ pub struct Decision {
     pub from_prior: bool,
     pub estimator_version: u64,
     pub gpu: GpuSummary,
+    /// The shared backend's capacity model at the tick.
+    pub capacity: CapacityPlan,
+    /// The class's allocation, worker-seconds/s, when capacity binds.
+    pub allocation: Option<f64>,
     /// The reason in words, with the numbers.
     pub reason: String,
 }
 
 fn opt(v: Option<f64>) -> String {
     v.map_or_else(|| "none".into(), |v| format!("{v:.0}"))
+}
+
+fn opt2(v: Option<f64>) -> String {
+    v.map_or_else(|| "none".into(), |v| format!("{v:.2}"))
 }
 
 impl Decision {
@@ -73,6 +82,13 @@ impl Decision {
             queue_age_p95_ms = %format_args!("{:.0}", s.queue_age_p95_ms),
             predicted_wait_ms = %opt(s.predicted_wait_ms),
             service_p95_ms = %format_args!("{:.0}", s.service_p95_ms),
+            service_term_ms = %format_args!("{:.0}", s.service_term_ms),
+            safety_ms = %format_args!("{:.0}", s.safety_ms),
+            p_on_time = %format_args!("{:.3}", s.p_on_time),
+            threshold = %format_args!("{:.3}", s.threshold),
+            capacity = %format_args!("{:.2}", self.capacity.capacity),
+            effective_capacity = %format_args!("{:.2}", self.capacity.effective),
+            allocation = %opt2(self.allocation),
             queue_age_samples = s.queue_age_samples,
             service_samples = s.service_samples,
             from_prior = self.from_prior,

@@ -1,6 +1,92 @@
-//! The budget law of one adaptive class: multiplicative cut on negative slack,
+//! The law over the shared capacity: multiplicative cut on negative slack,
 //! additive recovery on positive slack, and a rule for when a cut may follow
-//! a cut. The reasoning is in the [module docs of `control`](super).
+//! a cut. What it acts for and on is in the [module docs of `control`](super).
+//!
+//! Each tick (default 100 ms), with `s` the slack of the class the law acts
+//! for (see [`super::slack`]), `D` its deadline, `r` the effective capacity
+//! (worker-seconds/s) and `a` the admitted work (defaults in brackets):
+//!
+//! ```text
+//! s < 0, with evidence   cut       r ← max(min(r, a)·f, r·floor), kept in [min_rate, max_rate]
+//!                                  f = clamp(1 − gain·deficit/D, floor, ceiling)        [1, 0.5, 0.95]
+//!                        deficit   −s for the first cut of an episode
+//!   a further cut only on new evidence that the last one is not enough:
+//!     worse      hold_ms after the last cut [500 ms], s is below the reference
+//!                by more than recut_worsening·D [5%], and the queue depth (if
+//!                reported) is above the reference:           deficit = the worsening only
+//!     persistent a whole estimator window [10 s] after the reference, s is no
+//!                better than it was then, and the depth no lower: deficit = −s
+//!                (better than then: no cut, the reference moves to now)
+//!   every cut sets the reference (time, slack, depth) to now
+//! 0 ≤ s < h              hold: the dead band, h = recover_headroom·D                    [10%]
+//! s ≥ h                  recover   r ← r + max_rate·recovery_per_s·taper·dt             [5%/s]
+//!                                  taper = min(1, (s − h)/(full − h)), full = recover_full_at·D [50%]
+//! ```
+//!
+//! **Multiplicative decrease, additive increase.** Queueing delay rises
+//! monotonically with the admitted rate, so slack falls monotonically with it
+//! and crosses zero at some rate `r*` (the class's deadline capacity, which
+//! the controller never needs to know). Above `r*` every cut removes at least
+//! `1 − ceiling` of the excess, geometrically, harder the deeper the deficit;
+//! below it the rate climbs linearly. This is the AIMD of Chiu and Jain
+//! (1989): decrease proportional to the rate and increase independent of it
+//! converge to the capacity point instead of drifting away from it, and
+//! several adaptive classes sharing one bottleneck converge towards equal
+//! shares of it. Cutting from the *admitted* rate `a` when the budget sits
+//! above demand makes the first cut bite at once (cutting an unused budget of
+//! 40/s to 32/s changes nothing when 30/s arrive), while `r·floor` bounds
+//! what one cut can take.
+//!
+//! **Rest, or a bounded cycle.** Between `0` and `h` nothing moves, and the
+//! taper slows the climb as the slack shrinks: a class whose deadline is
+//! mostly spent in service (the drill's tail: 1800 ms of a 3000 ms deadline)
+//! probes at about half speed. Because slack is monotone in the rate, the
+//! dead band is an interval of rates just below `r*`, and a rate inside it
+//! stays there. When the noise of the estimates is wider than the band, what
+//! remains is the AIMD cycle: its amplitude is bounded by the overshoot made
+//! during one detection delay (the queue must grow by `h`'s worth of wait
+//! before the slack sees it, about √(2·depth·climb rate) above `r*`) plus one
+//! cut, and it does not grow, because nothing in the law integrates it.
+//!
+//! **Lag and wind-up.** The estimates lag: a p95 over a window `W` (10 s)
+//! rises fast (5% of the window being bad is enough) but falls slowly (the bad
+//! samples must leave it), a queue-age sample is only taken when a job leaves
+//! the queue, and a new service tail shows only as its jobs complete. An
+//! integrating controller would keep cutting while the slack it sees is still
+//! the pre-cut slack, and wind down to `min_rate` from lag alone. So a cut is
+//! answered at once (the first tick with `s < 0`: within one tick of a step),
+//! but a *further* cut needs evidence that the last one is not working:
+//! - **worse**: after the hold time the slack is worse by more than the margin
+//!   *and* the queue is still growing. A draining backlog shrinks the depth
+//!   and makes a windowed p95 plateau; what still worsens then (a p95 catching
+//!   up, a noisy drain rate) is lag, not evidence. The cut is sized on the
+//!   worsening alone (the velocity form): sizing it on the whole deficit again
+//!   would answer the same evidence twice and compound.
+//! - **persistent**: a whole window after the reference, the slack is still
+//!   negative and no better, so every sample in the window postdates it. If
+//!   it is better, the last cut is working: no cut, and the next window is
+//!   judged from here.
+//!
+//! Together: at most one cut per `hold_ms`, each bounded by `floor`, and only
+//! while the queue grows; a stale window never cuts.
+//!
+//! **Leading indicators.** The queue term uses queue age over the freshest
+//! horizon with enough samples (queue age follows the budget, so a long
+//! window there is pure lag) and, when the class reports its queue depth,
+//! `depth / drain rate` (Little's law: under FIFO, the wait of a job arriving
+//! now), whichever is larger. The service term takes the larger of the window
+//! and recent p95s (fast attack, slow release). See [`slack`].
+//!
+//! **Evidence.** A slack built from priors alone never cuts: priors are
+//! guesses, and a class without data should not lose its budget to a guess.
+//! Recovery may run on priors (the default prior is zeros: no data, no
+//! shedding).
+//!
+//! **Recovery time.** After a fault clears, recovery speeds up once the window
+//! has forgotten the old service tail (at most `W`), then climbs at
+//! `recovery_per_s` of `max_rate` per second. The window is the knob: shorter
+//! recovers sooner and is noisier.
+//!
 
 use super::ControlParams;
 use super::slack::Slack;
@@ -180,6 +266,7 @@ mod tests {
             slack_p10_ms: slack_ms,
             deadline_ms: 3_000.0,
             safety_ms: 250.0,
+            safety_derived: false,
             queue_age_p95_ms: 0.0,
             queue_age_p90_ms: 0.0,
             queue_age_horizon_ms: 2_000,
@@ -189,6 +276,11 @@ mod tests {
             drain_rate_per_s: None,
             queue_term_ms: 0.0,
             service_p95_ms: 0.0,
+            service_term_ms: 0.0,
+            mean_service_ms: 0.0,
+            best_chance: 1.0,
+            threshold: 0.95,
+            p_on_time: 1.0,
             queue_age_samples: 100,
             service_samples: 100,
             queue_age_source: Source::Window,

@@ -1,120 +1,79 @@
 //! The controller: from per-class estimates to per-class budgets, every tick.
 //!
-//! * [`slack`]: `deadline − queue_term − service_p95 − safety` per class.
-//! * [`law`](self#the-law): the budget law of an adaptive class.
-//! * [`gate`]: the GPU gate over opportunistic (batch) classes.
-//! * [`decision`]: one [`Decision`] per budget change, and a ring of recent ones.
+//! # The objective
+//!
+//! Completed-on-time, tier by tier: as many `critical` jobs finished within
+//! their deadlines as the backend allows, then `standard`, then `sheddable`;
+//! within a tier, by weight. A job finished late is wasted work; a job
+//! turned away early costs its client almost nothing, and one turned away at
+//! the NIC costs the server nothing at all. And never worse than doing
+//! nothing: no class may finish fewer jobs on time than with shedder off
+//! (except a lower tier that `off` served at a higher tier's expense).
+//!
+//! # The model
+//!
+//! Every controlled class shares one backend (the host's inference server).
+//!
+//! * **Capacity** ([`capacity`]), in worker-seconds per second: `[backend]
+//!   workers`, else learnt from the work done while a backlog stands, else
+//!   no limit of its own.
+//! * **Demand**, per class: jobs offered per second (new connections seen by
+//!   the fast path) × the class's mean service time: what it would cost if
+//!   all were admitted. Jobs cost their service time whether or not they
+//!   finish in time, and their size is unknown at admission.
+//! * **Allocation** ([`allocate`]): capacity goes tier by tier, by weight
+//!   within a tier; a tier may cap the load the tiers below it add
+//!   ([`queueing`]: the utilisation at which its jobs still clear the shared
+//!   queue in time). When demand exceeds what is available and overload is
+//!   in evidence (a backlog, or a law that has cut), a class's budget is the
+//!   rate its allotment can serve, `allotment / mean service`, plus
+//!   `headroom` (25%); a class whose allotment covers its demand is not
+//!   limited.
+//! * **Admission from the distribution** ([`slack`], [`crate::admit`]): a job
+//!   is worth a worker while its chance of finishing in time,
+//!   `P(service ≤ time left)` read from the class's service curve, is at
+//!   least `admit_confidence` (95%) of the chance a job served at once has.
+//!   The budgets' slack and the `admit` op use that same threshold, so a
+//!   class whose p95 exceeds its deadline still gets the jobs that can make
+//!   it, and a job that has waited too long is refused at the server before
+//!   it costs a worker.
+//! * **The law** ([`law`]) corrects the model with what the queue shows: it
+//!   moves the *effective* capacity (multiplicative cut on negative slack,
+//!   additive recovery; the reasoning is in `law.rs`). With a configured
+//!   capacity it acts only for classes with lower tiers beneath them, and
+//!   cuts only the work of those lower tiers (attribution: a shared queue is
+//!   cut where its filler is, not where it hurts); the class's own tier is
+//!   trimmed job by job by admission. With a learnt or guessed capacity it
+//!   may cut any tier, since the capacity itself may be wrong.
+//! * **Wasted admissions**: jobs the fast path let in that `admit` then
+//!   refused. While a class is limited, its budget gives up that share of
+//!   its headroom, so the NIC carries the refusals (nanoseconds) instead of
+//!   the server (a parsed request).
+//! * **The sanity guard**: a refusal while the backend is idle (a short
+//!   queue, under half its capacity busy) is the model being wrong, not
+//!   overload: the budget stays open, the answer is admit, it is logged once
+//!   and counted (`shedder_sanity_guard_total`).
+//! * **Safety** ([`safety`]): derived from the class's measured spread and
+//!   capped at 10% of the deadline, unless configured.
+//!
+//! Static classes keep the operator's rate; the GPU gate ([`gate`]) may
+//! hold opportunistic classes back. Every budget change is a [`Decision`]
+//! naming the capacity, the allotment, the on-time chance and the terms of
+//! the slack.
 //!
 //! Nothing here reads a clock: [`Controller::tick`] takes `now`, so tests run
-//! the law on a simulated clock, and the daemon passes its own.
-//!
-//! # The law
-//!
-//! Each tick (default 100 ms), for each **adaptive** class, with `s` its slack
-//! (see [`slack`]), `D` its deadline, `r` its budget (tokens/s) and `a` its
-//! measured admitted rate (defaults in brackets):
-//!
-//! ```text
-//! s < 0, with evidence   cut       r ← max(min(r, a)·f, r·floor), kept in [min_rate, max_rate]
-//!                                  f = clamp(1 − gain·deficit/D, floor, ceiling)        [1, 0.5, 0.95]
-//!                        deficit   −s for the first cut of an episode
-//!   a further cut only on new evidence that the last one is not enough:
-//!     worse      hold_ms after the last cut [500 ms], s is below the reference
-//!                by more than recut_worsening·D [5%], and the queue depth (if
-//!                reported) is above the reference:           deficit = the worsening only
-//!     persistent a whole estimator window [10 s] after the reference, s is no
-//!                better than it was then, and the depth no lower: deficit = −s
-//!                (better than then: no cut, the reference moves to now)
-//!   every cut sets the reference (time, slack, depth) to now
-//! 0 ≤ s < h              hold: the dead band, h = recover_headroom·D                    [10%]
-//! s ≥ h                  recover   r ← r + max_rate·recovery_per_s·taper·dt             [5%/s]
-//!                                  taper = min(1, (s − h)/(full − h)), full = recover_full_at·D [50%]
-//! ```
-//!
-//! **Multiplicative decrease, additive increase.** Queueing delay rises
-//! monotonically with the admitted rate, so slack falls monotonically with it
-//! and crosses zero at some rate `r*` (the class's deadline capacity, which
-//! the controller never needs to know). Above `r*` every cut removes at least
-//! `1 − ceiling` of the excess, geometrically, harder the deeper the deficit;
-//! below it the rate climbs linearly. This is the AIMD of Chiu and Jain
-//! (1989): decrease proportional to the rate and increase independent of it
-//! converge to the capacity point instead of drifting away from it, and
-//! several adaptive classes sharing one bottleneck converge towards equal
-//! shares of it. Cutting from the *admitted* rate `a` when the budget sits
-//! above demand makes the first cut bite at once (cutting an unused budget of
-//! 40/s to 32/s changes nothing when 30/s arrive), while `r·floor` bounds
-//! what one cut can take.
-//!
-//! **Rest, or a bounded cycle.** Between `0` and `h` nothing moves, and the
-//! taper slows the climb as the slack shrinks: a class whose deadline is
-//! mostly spent in service (the drill's tail: 1800 ms of a 3000 ms deadline)
-//! probes at about half speed. Because slack is monotone in the rate, the
-//! dead band is an interval of rates just below `r*`, and a rate inside it
-//! stays there. When the noise of the estimates is wider than the band, what
-//! remains is the AIMD cycle: its amplitude is bounded by the overshoot made
-//! during one detection delay (the queue must grow by `h`'s worth of wait
-//! before the slack sees it, about √(2·depth·climb rate) above `r*`) plus one
-//! cut, and it does not grow, because nothing in the law integrates it.
-//!
-//! **Lag and wind-up.** The estimates lag: a p95 over a window `W` (10 s)
-//! rises fast (5% of the window being bad is enough) but falls slowly (the bad
-//! samples must leave it), a queue-age sample is only taken when a job leaves
-//! the queue, and a new service tail shows only as its jobs complete. An
-//! integrating controller would keep cutting while the slack it sees is still
-//! the pre-cut slack, and wind down to `min_rate` from lag alone. So a cut is
-//! answered at once (the first tick with `s < 0`: within one tick of a step),
-//! but a *further* cut needs evidence that the last one is not working:
-//! - **worse**: after the hold time the slack is worse by more than the margin
-//!   *and* the queue is still growing. A draining backlog shrinks the depth
-//!   and makes a windowed p95 plateau; what still worsens then (a p95 catching
-//!   up, a noisy drain rate) is lag, not evidence. The cut is sized on the
-//!   worsening alone (the velocity form): sizing it on the whole deficit again
-//!   would answer the same evidence twice and compound.
-//! - **persistent**: a whole window after the reference, the slack is still
-//!   negative and no better, so every sample in the window postdates it. If
-//!   it is better, the last cut is working: no cut, and the next window is
-//!   judged from here.
-//!
-//! Together: at most one cut per `hold_ms`, each bounded by `floor`, and only
-//! while the queue grows; a stale window never cuts.
-//!
-//! **Leading indicators.** The queue term uses queue age over the freshest
-//! horizon with enough samples (queue age follows the budget, so a long
-//! window there is pure lag) and, when the class reports its queue depth,
-//! `depth / drain rate` (Little's law: under FIFO, the wait of a job arriving
-//! now), whichever is larger. The service term takes the larger of the window
-//! and recent p95s (fast attack, slow release). See [`slack`].
-//!
-//! **Evidence.** A slack built from priors alone never cuts: priors are
-//! guesses, and a class without data should not lose its budget to a guess.
-//! Recovery may run on priors (the default prior is zeros: no data, no
-//! shedding).
-//!
-//! **Recovery time.** After a fault clears, recovery speeds up once the window
-//! has forgotten the old service tail (at most `W`), then climbs at
-//! `recovery_per_s` of `max_rate` per second. The window is the knob: shorter
-//! recovers sooner and is noisier.
-//!
-//! **Static classes** keep the operator's rate (and cost) untouched; the only
-//! thing that may hold a static class is the GPU gate, and only if the
-//! operator marked it opportunistic.
-//!
-//! Budgets are published (and a [`Decision`] made) when they change: every
-//! cut, and recovery in steps of at least `publish_step` of `max_rate` (or on
-//! reaching `max_rate`), so the maps and the log move at human pace.
-//!
-//! Measured on the seed's drill (`tests/controller_drill.rs`, seeded
-//! discrete-event queue, 20 seeds): no cut in the steady phase; the first cut
-//! 1.6–2.4 s after the tail is injected, which is at most 0.5 s after its
-//! first 1800 ms job completes (nothing can see it earlier); settled in the
-//! tail, a budget cycling within 0.4–1.55× the capacity bound (median about
-//! 0.9×), 80–94% of the bound completed on time and 1–9% of completions late;
-//! back to the pre-injection budget 16–25 s after the tail is removed.
+//! it on a simulated clock (`tests/controller_families.rs` runs a family of
+//! workloads closed loop against their own bounds).
 
+mod allocate;
+pub mod capacity;
 pub mod decision;
 pub mod gate;
 mod law;
+pub mod queueing;
+pub mod safety;
 pub mod slack;
+pub mod tier;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -122,12 +81,16 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use allocate::{Claim, allocate};
+pub use capacity::{CapacityModel, CapacitySource};
 pub use decision::{Action, Decision, DecisionLog};
 pub use gate::{GateParams, GpuSummary};
-use law::{CutWhy, Law, Move};
+use law::{Law, Move};
 pub use slack::{Slack, slack};
+pub use tier::Tier;
 
 use crate::estimate::ClassEstimate;
+use crate::service_curve::ServiceCurve;
 use crate::telemetry::GpuReading;
 
 /// The longest step a tick may take, s: after a stall (a suspended daemon),
@@ -174,8 +137,59 @@ pub struct ControlParams {
     /// Oldest queue-depth gauge that may predict the wait, ms.
     #[serde(default = "d_depth_max_age_ms")]
     pub depth_max_age_ms: u64,
+    /// A job is worth a worker while it keeps this fraction of the on-time
+    /// chance it would have on an idle backend (see [`slack`]).
+    #[serde(default = "d_admit_confidence")]
+    pub admit_confidence: f64,
+    /// Budgets are set this fraction above what a class's allocation can
+    /// finish, so arrivals' randomness does not waste capacity.
+    #[serde(default = "d_headroom")]
+    pub headroom: f64,
+    /// The derived safety margin never exceeds this fraction of the deadline.
+    #[serde(default = "d_safety_max_fraction")]
+    pub safety_max_fraction: f64,
+    /// How far server and daemon clocks may disagree, ms (part of the margin).
+    #[serde(default = "d_clock_skew_ms")]
+    pub clock_skew_ms: f64,
+    /// Retries and hedges may take at most this share of admitted jobs.
+    #[serde(default = "d_retry_share_max")]
+    pub retry_share_max: f64,
+    /// Wasted admissions above this fraction of a class's admitted rate
+    /// lower its fast-path budget to what job-level admission accepts.
+    #[serde(default = "d_waste_tolerance")]
+    pub waste_tolerance: f64,
+    /// Below this fraction of capacity in use, with a short queue, the
+    /// backend counts as idle (the sanity guard).
+    #[serde(default = "d_idle_fraction")]
+    pub idle_fraction: f64,
+    /// The backend's worker count (`[backend] workers`), the capacity until
+    /// one is learnt.
+    #[serde(skip)]
+    pub workers: Option<f64>,
     #[serde(default)]
     pub gate: GateParams,
+}
+
+fn d_admit_confidence() -> f64 {
+    0.95
+}
+fn d_headroom() -> f64 {
+    0.25
+}
+fn d_safety_max_fraction() -> f64 {
+    0.1
+}
+fn d_clock_skew_ms() -> f64 {
+    5.0
+}
+fn d_retry_share_max() -> f64 {
+    0.1
+}
+fn d_waste_tolerance() -> f64 {
+    0.05
+}
+fn d_idle_fraction() -> f64 {
+    0.5
 }
 
 fn d_tick_ms() -> u64 {
@@ -226,6 +240,14 @@ impl Default for ControlParams {
             recovery_per_s: d_recovery_per_s(),
             publish_step: d_publish_step(),
             depth_max_age_ms: d_depth_max_age_ms(),
+            admit_confidence: d_admit_confidence(),
+            headroom: d_headroom(),
+            safety_max_fraction: d_safety_max_fraction(),
+            clock_skew_ms: d_clock_skew_ms(),
+            retry_share_max: d_retry_share_max(),
+            waste_tolerance: d_waste_tolerance(),
+            idle_fraction: d_idle_fraction(),
+            workers: None,
             gate: GateParams::default(),
         }
     }
@@ -268,6 +290,27 @@ impl ControlParams {
         if !(self.recovery_per_s.is_finite() && self.recovery_per_s > 0.0 && self.recovery_per_s <= 10.0) {
             return err(format!("control.recovery_per_s: {} is outside (0, 10]", self.recovery_per_s));
         }
+        for (name, v) in [
+            ("admit_confidence", self.admit_confidence),
+            ("safety_max_fraction", self.safety_max_fraction),
+            ("retry_share_max", self.retry_share_max),
+            ("waste_tolerance", self.waste_tolerance),
+            ("idle_fraction", self.idle_fraction),
+        ] {
+            if !(v.is_finite() && v > 0.0 && v <= 1.0) {
+                return err(format!("control.{name}: {v} is outside (0, 1]"));
+            }
+        }
+        for (name, v) in [("headroom", self.headroom), ("clock_skew_ms", self.clock_skew_ms)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return err(format!("control.{name}: {v} is not a finite, non-negative number"));
+            }
+        }
+        if let Some(w) = self.workers
+            && !(w.is_finite() && w > 0.0)
+        {
+            return err(format!("backend.workers: {w} is not a positive number"));
+        }
         self.gate.validate().map_err(InvalidControl)
     }
 }
@@ -291,16 +334,23 @@ pub enum Budget {
 #[serde(deny_unknown_fields)]
 pub struct ClassPolicy {
     pub deadline_ms: f64,
-    #[serde(default = "d_safety_ms")]
-    pub safety_ms: f64,
+    /// The margin below the deadline; derived from the class's spread when
+    /// left out (see [`safety`]).
+    #[serde(default)]
+    pub safety_ms: Option<f64>,
     pub budget: Budget,
     /// Batch: held at its minimum (static: 0) while the GPU gate is closed.
     #[serde(default)]
     pub opportunistic: bool,
+    #[serde(default)]
+    pub tier: Tier,
+    /// Share of its tier's capacity, relative to the tier's other classes.
+    #[serde(default = "d_weight")]
+    pub weight: f64,
 }
 
-fn d_safety_ms() -> f64 {
-    250.0
+fn d_weight() -> f64 {
+    1.0
 }
 
 impl ClassPolicy {
@@ -312,8 +362,8 @@ impl ClassPolicy {
         }
     }
 
-    /// What the GPU gate holds it at.
-    pub fn gated_rate(&self) -> f64 {
+    /// The least it is ever held at.
+    pub fn floor(&self) -> f64 {
         match self.budget {
             Budget::Adaptive { min_rate, .. } => min_rate,
             Budget::Static { .. } => 0.0,
@@ -325,11 +375,13 @@ impl ClassPolicy {
         if !(self.deadline_ms.is_finite() && self.deadline_ms > 0.0) {
             return err(format!("deadline_ms: {} is not a positive number of ms", self.deadline_ms));
         }
-        if !(self.safety_ms.is_finite() && self.safety_ms >= 0.0 && self.safety_ms < self.deadline_ms) {
-            return err(format!(
-                "safety_ms: {} must be at least 0 and below deadline_ms ({})",
-                self.safety_ms, self.deadline_ms
-            ));
+        if let Some(safety) = self.safety_ms
+            && !(safety.is_finite() && safety >= 0.0 && safety < self.deadline_ms)
+        {
+            return err(format!("safety_ms: {safety} must be at least 0 and below deadline_ms ({})", self.deadline_ms));
+        }
+        if !(self.weight.is_finite() && self.weight > 0.0) {
+            return err(format!("weight: {} is not a positive number", self.weight));
         }
         match self.budget {
             Budget::Adaptive { min_rate, max_rate } => {
@@ -366,10 +418,77 @@ impl fmt::Display for InvalidControl {
 
 impl std::error::Error for InvalidControl {}
 
+/// Per class, between ticks.
 #[derive(Clone, Debug)]
-enum State {
-    Adaptive { law: Law, published: f64, gated: bool },
-    Static { published: f64 },
+struct State {
+    /// The budget in the maps, tokens/s.
+    published: f64,
+    /// Held by the GPU gate on the last tick.
+    gated: bool,
+    /// The sanity guard has fired and not yet been logged for this episode.
+    guard_logged: bool,
+    /// Work offered, worker-seconds/s: rises at once, decays over
+    /// [`DEMAND_MEMORY_S`], so that one quiet second of a class being held
+    /// back does not read as "no demand" and let it flood back.
+    demand: f64,
+}
+
+/// How long a class's demand is remembered after it falls, s.
+pub const DEMAND_MEMORY_S: f64 = 1.0;
+
+/// The model's view of one class at the last tick: what job-level
+/// admission ([`crate::admit`]) judges a job against, so that the `admit`
+/// op and the budgets answer from the same numbers.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ClassView {
+    pub tier: Tier,
+    pub curve: ServiceCurve,
+    /// The class's slack and its terms (safety, threshold, wait…).
+    pub slack: Slack,
+    /// The backend is short of capacity: demand exceeds what it can do in
+    /// time, so retries and hedges are shed before first attempts.
+    pub pressure: bool,
+    /// The backend is idle or lightly loaded: a refusal now would be the
+    /// model being wrong, not overload (the sanity guard).
+    pub idle: bool,
+    /// Worker-seconds per second allotted to the class, when capacity binds.
+    pub allocation: Option<f64>,
+    /// The published budget, tokens/s.
+    pub budget: f64,
+}
+
+/// The capacity model at the last tick, for decisions and `status`.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct CapacityPlan {
+    /// What the backend can do, worker-seconds per second, and whence.
+    pub capacity: f64,
+    pub source: Option<CapacitySource>,
+    /// What the law leaves for admission after its cuts (≤ `capacity`).
+    pub effective: f64,
+    /// Work done per second, measured from completions.
+    pub busy: f64,
+    /// Work offered per second by the controlled classes.
+    pub demand: f64,
+    pub backlogged: bool,
+    /// The class whose slack the law acted on.
+    pub pressure_class: Option<String>,
+}
+
+/// What the control loop measured for one tick.
+#[derive(Clone, Copy, Debug)]
+pub struct TickInputs<'a> {
+    /// Per class, from [`crate::estimate::Estimators::estimate_all`].
+    pub estimates: &'a BTreeMap<String, ClassEstimate>,
+    /// The latest NVML readings, empty without NVML.
+    pub gpu: &'a [GpuReading],
+    /// Connections/s the fast path admitted, per class, over about the last
+    /// second; a class left out is "not measured".
+    pub admitted: &'a BTreeMap<String, f64>,
+    /// New connections/s seen (offered), per class.
+    pub offered: &'a BTreeMap<String, f64>,
+    /// Jobs/s that passed the fast path and were then refused by job-level
+    /// admission: work the fast path should have refused for nanoseconds.
+    pub wasted: &'a BTreeMap<String, f64>,
 }
 
 /// Budgets for every class, moved once per tick.
@@ -377,10 +496,17 @@ pub struct Controller {
     params: ControlParams,
     policies: BTreeMap<String, ClassPolicy>,
     states: BTreeMap<String, State>,
+    /// The law over the shared capacity: its rate is worker-seconds/s.
+    shared: Law,
+    capacity: CapacityModel,
     gate: gate::Gate,
     last_tick_ms: Option<u64>,
     last_slacks: BTreeMap<String, Slack>,
     last_gpu: Option<GpuSummary>,
+    views: BTreeMap<String, ClassView>,
+    plan: CapacityPlan,
+    /// Times the sanity guard stopped a refusal of an idle backend, per class.
+    guard_trips: BTreeMap<String, u64>,
 }
 
 impl Controller {
@@ -396,16 +522,21 @@ impl Controller {
             params,
             policies,
             states,
+            shared: Law::new(f64::INFINITY),
+            capacity: CapacityModel::default(),
             gate: gate::Gate::default(),
             last_tick_ms: None,
             last_slacks: BTreeMap::new(),
             last_gpu: None,
+            views: BTreeMap::new(),
+            plan: CapacityPlan::default(),
+            guard_trips: BTreeMap::new(),
         })
     }
 
-    /// Replaces parameters and policies, all or nothing. Adaptive classes
-    /// that stay adaptive keep their budget, clamped to the new bounds;
-    /// everything else starts afresh.
+    /// Replaces parameters and policies, all or nothing. Classes that stay
+    /// keep their budget, clamped to the new bounds; the shared law and the
+    /// learnt capacity carry on; everything else starts afresh.
     pub fn reconfigure(
         &mut self,
         params: ControlParams,
@@ -418,15 +549,17 @@ impl Controller {
         let mut old = std::mem::take(&mut self.states);
         for (name, policy) in &policies {
             let state = match (old.remove(name), &policy.budget) {
-                (Some(State::Adaptive { mut law, published, .. }), Budget::Adaptive { min_rate, max_rate }) => {
-                    law.rate = law.rate.clamp(*min_rate, *max_rate);
-                    law.reset_episode();
-                    State::Adaptive { law, published: published.clamp(*min_rate, *max_rate), gated: false }
+                (Some(mut state), Budget::Adaptive { min_rate, max_rate }) => {
+                    state.published = state.published.clamp(*min_rate, *max_rate);
+                    state.gated = false;
+                    state
                 }
                 _ => initial_state(policy),
             };
             self.states.insert(name.clone(), state);
         }
+        self.shared.reset_episode();
+        self.views.retain(|name, _| policies.contains_key(name));
         self.params = params;
         self.policies = policies;
         Ok(())
@@ -442,14 +575,12 @@ impl Controller {
 
     /// The published budget of a class, tokens/s: what belongs in its map.
     pub fn rate(&self, class: &str) -> Option<f64> {
-        self.states.get(class).map(|s| match s {
-            State::Adaptive { published, .. } | State::Static { published } => *published,
-        })
+        self.states.get(class).map(|s| s.published)
     }
 
     /// Every class's published budget.
     pub fn rates(&self) -> BTreeMap<String, f64> {
-        self.states.keys().filter_map(|c| Some((c.clone(), self.rate(c)?))).collect()
+        self.states.iter().map(|(c, s)| (c.clone(), s.published)).collect()
     }
 
     /// The slack of every class at the last tick (for metrics and `ctl`).
@@ -462,192 +593,401 @@ impl Controller {
         self.last_gpu.as_ref()
     }
 
-    /// One control step at `now`.
-    ///
-    /// * `estimates`: per class, from [`crate::estimate::Estimators::estimate_all`].
-    /// * `gpu`: the latest NVML readings, empty without NVML.
-    /// * `admitted`: per class, the admitted rate (connections/s) measured
-    ///   from the datapath counters over roughly the last second; a class
-    ///   left out is "not measured".
-    ///
-    /// Returns the budget changes, in class order; [`Controller::rate`] has
-    /// the new budgets.
-    pub fn tick(
-        &mut self,
-        now: Duration,
-        estimates: &BTreeMap<String, ClassEstimate>,
-        gpu: &[GpuReading],
-        admitted: &BTreeMap<String, f64>,
-    ) -> Vec<Decision> {
+    /// The model's view of a controlled class at the last tick.
+    pub fn view(&self, class: &str) -> Option<&ClassView> {
+        self.views.get(class)
+    }
+
+    /// The capacity model at the last tick.
+    pub fn capacity_plan(&self) -> &CapacityPlan {
+        &self.plan
+    }
+
+    /// Times the sanity guard kept an idle backend's class open, per class.
+    pub fn guard_trips(&self) -> &BTreeMap<String, u64> {
+        &self.guard_trips
+    }
+
+    /// One control step at `now`. Returns the budget changes, in class
+    /// order; [`Controller::rate`] has the new budgets.
+    pub fn tick(&mut self, now: Duration, input: &TickInputs) -> Vec<Decision> {
         let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
         let dt_s = match self.last_tick_ms {
             Some(last) => (now_ms.saturating_sub(last) as f64 / 1000.0).min(MAX_TICK_DT_S),
             None => 0.0,
         };
         self.last_tick_ms = Some(self.last_tick_ms.map_or(now_ms, |l| l.max(now_ms)));
+        let p = self.params.clone();
 
         // The gate's inputs.
-        let kv = estimates.values().filter_map(|e| e.kv_cache_usage.map(|g| g.value)).reduce(f64::max);
+        let kv = input.estimates.values().filter_map(|e| e.kv_cache_usage.map(|g| g.value)).reduce(f64::max);
         let interactive: Vec<(&String, &ClassPolicy)> =
             self.policies.iter().filter(|(_, p)| !p.opportunistic).collect();
-        let capacity: f64 = interactive.iter().map(|(_, p)| p.capacity()).sum();
-        let load: Option<f64> = interactive.iter().map(|(name, _)| admitted.get(*name).copied()).sum();
-        let gpu_summary = self.gate.update(&self.params.gate, gpu, kv, load, capacity, now_ms);
+        let gate_capacity: f64 = interactive.iter().map(|(_, p)| p.capacity()).sum();
+        let load: Option<f64> = interactive.iter().map(|(name, _)| input.admitted.get(*name).copied()).sum();
+        let gpu_summary = self.gate.update(&p.gate, input.gpu, kv, load, gate_capacity, now_ms);
 
-        let p = &self.params;
+        // Every class's slack and service curve.
+        let slacks: BTreeMap<String, Slack> = self
+            .policies
+            .iter()
+            .map(|(name, policy)| (name.clone(), slack(policy, input.estimates.get(name), &p)))
+            .collect();
+        let work = |rates: &BTreeMap<String, f64>, name: &str| {
+            rates.get(name).copied().unwrap_or(0.0) * slacks[name].mean_service_ms / 1000.0
+        };
+        let rate_of = |rates: &BTreeMap<String, f64>, name: &str| rates.get(name).copied().unwrap_or(0.0);
+
+        // The capacity model: work done, and whether a backlog stands.
+        let busy: f64 = self
+            .policies
+            .keys()
+            .map(|name| slacks[name].drain_rate_per_s.unwrap_or(0.0) * slacks[name].mean_service_ms / 1000.0)
+            .sum();
+        let backlogged = slacks.values().any(|s| s.has_evidence() && s.queue_term_ms > backlog_ms(&p, s));
+        let limiting = self.plan.demand > self.plan.effective;
+        self.capacity.update(busy, backlogged, limiting, dt_s);
+        let adaptive: Vec<&String> = self
+            .policies
+            .iter()
+            .filter(|(_, pol)| matches!(pol.budget, Budget::Adaptive { .. }))
+            .map(|(n, _)| n)
+            .collect();
+        let max_rates: f64 =
+            adaptive.iter().map(|name| self.policies[*name].capacity() * slacks[*name].mean_service_ms / 1000.0).sum();
+        let (capacity, source) = self.capacity.capacity(p.workers, max_rates);
+        let capacity = capacity.max(f64::MIN_POSITIVE);
+
+        // What each controlled class asks of the backend, worker-seconds/s.
+        let decay = (-dt_s / DEMAND_MEMORY_S).exp();
+        let claims: Vec<Claim> = adaptive
+            .iter()
+            .map(|n| {
+                let state = self.states.get_mut(*n).expect("a state for every policy");
+                let now = work(input.offered, n).max(work(input.admitted, n));
+                state.demand = now.max(state.demand * decay);
+                Claim { tier: self.policies[*n].tier, weight: self.policies[*n].weight, demand: state.demand }
+            })
+            .collect();
+        let demand: f64 = claims.iter().map(|c| c.demand).sum();
+
+        // The shared law acts on the slack of the class in the most trouble
+        // among those it may act for, and moves the capacity admission may
+        // use; the allocation then decides whose work that is.
+        //
+        // A configured capacity is exact in worker-seconds: the law then
+        // only moves work of tiers below the class that feels the wait
+        // (attribution: a shared queue is cut where its filler is, not where
+        // it hurts), and job-level admission trims the class's own tier. A
+        // capacity that is learnt or guessed may itself be wrong, so there
+        // the law acts for every class and may cut any tier.
+        let tier_demand =
+            |keep: &dyn Fn(Tier) -> bool| -> f64 { claims.iter().filter(|c| keep(c.tier)).map(|c| c.demand).sum() };
+        let demanding: Vec<&String> = adaptive
+            .iter()
+            .copied()
+            .filter(|n| rate_of(input.offered, n).max(rate_of(input.admitted, n)) > 0.0)
+            .filter(|n| {
+                let tier = self.policies[*n].tier;
+                source != CapacitySource::Configured || tier_demand(&|t| t > tier) > 0.0
+            })
+            .collect();
+        let pressure_class = demanding
+            .iter()
+            .copied()
+            .min_by(|a, b| {
+                (slacks[*a].slack_ms / slacks[*a].deadline_ms)
+                    .total_cmp(&(slacks[*b].slack_ms / slacks[*b].deadline_ms))
+            })
+            .cloned();
+        if !self.shared.rate.is_finite() {
+            self.shared.rate = capacity;
+        }
+        let admitted_work: f64 = adaptive.iter().map(|n| work(input.admitted, n)).sum();
+        let mut law_move = Move::Stay;
+        let mut guard_class = None;
+        match &pressure_class {
+            Some(class) => {
+                let s = &slacks[class];
+                let window_ms = input.estimates.get(class).map_or(0, |e| e.window_ms);
+                let tier = self.policies[class].tier;
+                let floor = match source {
+                    _ if tier_demand(&|t| t > tier) > 0.0 => tier_demand(&|t| t <= tier).min(capacity),
+                    CapacitySource::Learnt => 0.5 * capacity,
+                    _ => 0.01 * capacity,
+                };
+                if s.slack_ms < 0.0 && idle_backend(&p, s, busy, capacity) {
+                    // The model says "refuse" while the backend has room: the
+                    // model is wrong (a margin or prior too tight), not the backend.
+                    guard_class = Some(class.clone());
+                } else {
+                    let admitted = Some(admitted_work);
+                    law_move = self.shared.step(&p, s, now_ms, dt_s, admitted, window_ms, floor, capacity);
+                }
+            }
+            // Nothing for the law to act for: back towards the capacity at
+            // the law's full recovery speed.
+            None => {
+                let per_s = p.recovery_per_s * capacity;
+                if self.shared.rate < capacity {
+                    self.shared.rate = (self.shared.rate + per_s * dt_s).min(capacity);
+                    law_move = Move::Recover { per_s };
+                }
+                self.shared.reset_episode();
+            }
+        }
+        // The capacity itself moved (learnt, reconfigured): stay within it.
+        self.shared.rate = self.shared.rate.min(capacity);
+        let effective = self.shared.rate;
+        let static_work: f64 = self
+            .policies
+            .iter()
+            .filter(|(_, pol)| matches!(pol.budget, Budget::Static { .. }))
+            .map(|(n, _)| work(input.admitted, n))
+            .sum();
+        let available = (effective - static_work).max(0.0);
+        // The allotments bind only with overload in evidence (a backlog, or
+        // a law that has cut): a demand estimate above capacity with no queue
+        // behind it is noise, and refusing on it would cost work that fits.
+        let binding = demand > available && (backlogged || effective < capacity);
+        // The load each tier can take while its jobs still clear the shared
+        // queue in time (see `queueing`): from the mix of work now offered.
+        let (mut rate_sum, mut mean_sum, mut m2_sum) = (0.0, 0.0, 0.0);
+        for n in &adaptive {
+            let r = rate_of(input.offered, n).max(rate_of(input.admitted, n));
+            let curve = input.estimates.get(*n).map(|e| &e.service_curve);
+            rate_sum += r;
+            mean_sum += r * slacks[*n].mean_service_ms;
+            m2_sum += r * curve.map_or(0.0, |c| c.second_moment_ms2());
+        }
+        let mix_mean = if rate_sum > 0.0 { mean_sum / rate_sum } else { 0.0 };
+        let mix_cs2 = if mix_mean > 0.0 { (m2_sum / rate_sum / (mix_mean * mix_mean) - 1.0).max(0.0) } else { 1.0 };
+        let mut tier_room: BTreeMap<Tier, f64> = BTreeMap::new();
+        for n in &adaptive {
+            if rate_of(input.offered, n).max(rate_of(input.admitted, n)) > 0.0 {
+                let s = &slacks[*n];
+                let room = (s.deadline_ms - s.safety_ms - s.service_term_ms).max(0.0);
+                let r = tier_room.entry(self.policies[*n].tier).or_insert(room);
+                *r = r.min(room);
+            }
+        }
+        let ceiling = |tier: Tier| {
+            tier_room
+                .get(&tier)
+                .map_or(f64::INFINITY, |room| capacity * queueing::max_utilisation(capacity, mix_mean, mix_cs2, *room))
+        };
+        let shares = allocate(available, &claims, ceiling);
+        let allocation: BTreeMap<&String, f64> = adaptive.iter().copied().zip(shares).collect();
+        self.plan = CapacityPlan {
+            capacity,
+            source: Some(source),
+            effective,
+            busy,
+            demand,
+            backlogged,
+            pressure_class: pressure_class.clone(),
+        };
+
         let mut decisions = Vec::new();
         for (name, policy) in &self.policies {
-            let estimate = estimates.get(name);
-            let s = slack(policy, estimate, p.depth_max_age_ms);
-            self.last_slacks.insert(name.clone(), s);
-            let window_ms = estimate.map_or(0, |e| e.window_ms);
+            let s = slacks[name];
             let state = self.states.get_mut(name).expect("a state for every policy");
-            let mut decide = |action: Action, old: f64, new: f64, reason: String| {
+            let idle = idle_backend(&p, &s, busy, capacity);
+            let was_gated = state.gated;
+            let (target, why) = match policy.budget {
+                Budget::Static { rate } => {
+                    if policy.opportunistic && gpu_summary.gate_closed {
+                        (0.0, format!("{}: opportunistic class held at 0/s", gpu_summary.words()))
+                    } else {
+                        (rate, format!("{}: static rate {rate}/s", gpu_summary.words()))
+                    }
+                }
+                Budget::Adaptive { min_rate, max_rate } => {
+                    if policy.opportunistic && gpu_summary.gate_closed {
+                        (
+                            min_rate,
+                            format!("{}: opportunistic class held at min_rate {min_rate}/s", gpu_summary.words()),
+                        )
+                    } else {
+                        let share = allocation[name];
+                        let mut words = Vec::new();
+                        let mut target = if binding && share < claims_demand(&claims, &adaptive, name) {
+                            words.push(format!(
+                                "demand {demand:.2} > available {available:.2} worker-s/s: {} class, weight {}, \
+                                 allotted {share:.2} worker-s/s = {:.2} jobs/s at mean service {:.0} ms, +{:.0}% headroom",
+                                policy.tier.as_str(),
+                                policy.weight,
+                                share * 1000.0 / s.mean_service_ms.max(1e-9),
+                                s.mean_service_ms,
+                                p.headroom * 100.0
+                            ));
+                            share * 1000.0 / s.mean_service_ms.max(1e-9) * (1.0 + p.headroom)
+                        } else if binding {
+                            words.push(format!(
+                                "demand {demand:.2} > available {available:.2} worker-s/s, but the {} tier's \
+                                 allotment covers this class's {share:.2}: no limit",
+                                policy.tier.as_str()
+                            ));
+                            max_rate
+                        } else {
+                            words.push(format!("demand {demand:.2} <= available {available:.2} worker-s/s: no limit"));
+                            max_rate
+                        };
+                        // Work the fast path let in only for `admit` to refuse it
+                        // is better refused at the NIC: while the class is limited,
+                        // its budget gives up the share `admit` refuses, out of the
+                        // headroom only (never below the allotment itself, which
+                        // would idle workers), and relative to the allotment, so
+                        // it cannot compound from tick to tick.
+                        let admitted = rate_of(input.admitted, name);
+                        let waste =
+                            if admitted > 0.0 { (rate_of(input.wasted, name) / admitted).min(1.0) } else { 0.0 };
+                        if binding && share < claims_demand(&claims, &adaptive, name) && waste > p.waste_tolerance {
+                            let keep = (1.0 - waste).max(1.0 / (1.0 + p.headroom));
+                            words.push(format!(
+                                "admit refused {:.0}% of what the fast path let in: budget x{keep:.2}",
+                                waste * 100.0
+                            ));
+                            target *= keep;
+                        }
+                        if target < rate_of(input.offered, name) && idle && !binding {
+                            // The sanity guard: never refuse an idle backend's work.
+                            words.push(
+                                "backend idle (short queue, free workers): sanity guard keeps the class open".into(),
+                            );
+                            guard_class.get_or_insert_with(|| name.clone());
+                            target = max_rate;
+                        }
+                        if was_gated {
+                            words.push(format!("{}: GPU gate open again", gpu_summary.words()));
+                        }
+                        (target.clamp(min_rate, max_rate), words.join("; "))
+                    }
+                }
+            };
+            state.gated = policy.opportunistic && gpu_summary.gate_closed;
+            let old = state.published;
+            let step = p.publish_step * policy.capacity();
+            let moved = (target - old).abs() >= step.max(0.05 * old)
+                || (target != old && (target == policy.capacity() || target == policy.floor()));
+            if moved {
+                let action = if state.gated || was_gated {
+                    Action::Gate
+                } else if target < old {
+                    Action::Cut
+                } else {
+                    Action::Recover
+                };
                 decisions.push(Decision {
                     at_ms: now_ms,
                     class: name.clone(),
                     action,
                     old_rate: old,
-                    new_rate: new,
+                    new_rate: target,
                     slack: s,
                     from_prior: s.from_prior(),
                     estimator_version: s.estimator_version,
                     gpu: gpu_summary.clone(),
-                    reason,
+                    capacity: self.plan.clone(),
+                    allocation: binding.then(|| allocation.get(name).copied()).flatten(),
+                    reason: format!("{why}; {}", model_words(&self.plan, &s, name, &law_move, &p)),
                 });
-            };
-            let gate_words = || format!("{}: opportunistic class held at", gpu_summary.words());
-
-            match (state, &policy.budget) {
-                (State::Static { published }, Budget::Static { rate }) => {
-                    let target = if policy.opportunistic && gpu_summary.gate_closed { 0.0 } else { *rate };
-                    if *published != target {
-                        let reason = if target < *rate {
-                            format!("{} 0/s", gate_words())
-                        } else {
-                            format!("{}: static rate {rate}/s restored", gpu_summary.words())
-                        };
-                        decide(Action::Gate, *published, target, reason);
-                        *published = target;
-                    }
-                }
-                (State::Adaptive { law, published, gated }, Budget::Adaptive { min_rate, max_rate }) => {
-                    let (min_rate, max_rate) = (*min_rate, *max_rate);
-                    if policy.opportunistic && gpu_summary.gate_closed {
-                        *gated = true;
-                        law.rate = min_rate;
-                        law.reset_episode();
-                        if *published != min_rate {
-                            decide(
-                                Action::Gate,
-                                *published,
-                                min_rate,
-                                format!("{} min_rate {min_rate}/s", gate_words()),
-                            );
-                            *published = min_rate;
-                        }
-                        continue;
-                    }
-                    let mv = law.step(p, &s, now_ms, dt_s, admitted.get(name).copied(), window_ms, min_rate, max_rate);
-                    let old = *published;
-                    let new = law.rate;
-                    match mv {
-                        Move::Cut { why, factor, deficit_ms, base, admitted } if new != old => {
-                            decide(
-                                Action::Cut,
-                                old,
-                                new,
-                                cut_reason(p, &s, why, factor, deficit_ms, base, admitted, new, min_rate),
-                            );
-                            *published = new;
-                            *gated = false;
-                        }
-                        Move::Recover { per_s }
-                            if (new - old).abs() >= p.publish_step * max_rate || (new == max_rate && old != new) =>
-                        {
-                            let headroom = p.recover_headroom * s.deadline_ms;
-                            let mut reason = format!(
-                                "slack {:.0} ms >= headroom {headroom:.0} ms: recover additively at +{per_s:.2}/s per s \
-                                 (full speed {:.2}/s per s)",
-                                s.slack_ms,
-                                max_rate * p.recovery_per_s
-                            );
-                            if new == max_rate {
-                                reason.push_str("; back at max_rate");
-                            }
-                            if std::mem::take(gated) {
-                                reason.push_str("; GPU gate open again");
-                            }
-                            decide(Action::Recover, old, new, reason);
-                            *published = new;
-                        }
-                        _ => {}
-                    }
-                }
-                _ => unreachable!("states follow their policies"),
+                state.published = target;
             }
+            self.views.insert(
+                name.clone(),
+                ClassView {
+                    tier: policy.tier,
+                    curve: input
+                        .estimates
+                        .get(name)
+                        .map_or_else(|| ServiceCurve::lognormal(None, 0.0), |e| e.service_curve.clone()),
+                    slack: s,
+                    pressure: binding || effective < capacity,
+                    idle,
+                    allocation: binding.then(|| allocation.get(name).copied()).flatten(),
+                    budget: state.published,
+                },
+            );
         }
+        match guard_class {
+            Some(class) => {
+                *self.guard_trips.entry(class.clone()).or_default() += 1;
+                let state = self.states.get_mut(&class).expect("a state for every policy");
+                if !std::mem::replace(&mut state.guard_logged, true) {
+                    let s = &slacks[&class];
+                    tracing::warn!(
+                        class = %class,
+                        "sanity guard: the model would refuse {class}'s work while the backend is idle \
+                         (busy {busy:.2} of {capacity:.2} worker-s/s, {}); slack {:.0} ms = deadline {:.0} − {} − {} − {}; \
+                         admitting instead. A safety margin or prior too tight for this class is the usual cause",
+                        s.queue_term_words(),
+                        s.slack_ms,
+                        s.deadline_ms,
+                        s.queue_term_words(),
+                        s.service_term_words(),
+                        s.safety_words()
+                    );
+                }
+            }
+            None => self.states.values_mut().for_each(|s| s.guard_logged = false),
+        }
+        self.last_slacks = slacks;
         self.last_gpu = Some(gpu_summary);
         decisions
     }
 }
 
-fn initial_state(policy: &ClassPolicy) -> State {
-    match policy.budget {
-        Budget::Adaptive { max_rate, .. } => {
-            State::Adaptive { law: Law::new(max_rate), published: max_rate, gated: false }
-        }
-        Budget::Static { rate } => State::Static { published: rate },
-    }
+/// The demand `name` claimed this tick.
+fn claims_demand(claims: &[Claim], adaptive: &[&String], name: &str) -> f64 {
+    adaptive.iter().position(|n| *n == name).map_or(0.0, |i| claims[i].demand)
 }
 
-#[allow(clippy::too_many_arguments)]
-fn cut_reason(
-    p: &ControlParams,
-    s: &Slack,
-    why: CutWhy,
-    factor: f64,
-    deficit_ms: f64,
-    base: f64,
-    admitted: Option<f64>,
-    new: f64,
-    min_rate: f64,
-) -> String {
-    let mut r = match why {
-        CutWhy::Onset => String::new(),
-        CutWhy::Worse { last_cut_ms, slack_at_cut } => format!(
-            "still negative and {:.0} ms worse than at the cut at {last_cut_ms} ms (slack then {slack_at_cut:.0} ms, \
-             margin {:.0} ms), so that cut was not enough: ",
-            slack_at_cut - s.slack_ms,
-            p.recut_worsening * s.deadline_ms
-        ),
-        CutWhy::Persistent { since_ms, slack_then } => format!(
-            "still negative and no better than {slack_then:.0} ms a whole window after {since_ms} ms, \
-             so every sample postdates that: "
-        ),
-    };
-    r.push_str(&format!(
-        "slack {:.0} ms < 0: {} + {} + safety {:.0} ms exceed deadline {:.0} ms; cut x{factor:.2}{}",
+/// A queue term above this is a backlog: the workers are all busy.
+fn backlog_ms(p: &ControlParams, s: &Slack) -> f64 {
+    (p.tick_ms as f64).min(0.05 * s.deadline_ms)
+}
+
+/// Free workers and a short queue: nothing to shed for.
+fn idle_backend(p: &ControlParams, s: &Slack, busy: f64, capacity: f64) -> bool {
+    s.queue_term_ms <= backlog_ms(p, s) && busy < p.idle_fraction * capacity
+}
+
+/// The capacity model and the shared law's move, in words.
+fn model_words(plan: &CapacityPlan, s: &Slack, class: &str, law: &Move, p: &ControlParams) -> String {
+    let mut w = format!(
+        "capacity {:.2} worker-s/s ({}), effective {:.2}, busy {:.2}{}; {class}: on-time chance of a job arriving now \
+         {:.2} (threshold {:.2} = {:.2} x best {:.2}), slack {:.0} ms = deadline {:.0} − {} − {} − {}",
+        plan.capacity,
+        plan.source.map_or("none", CapacitySource::as_str),
+        plan.effective,
+        plan.busy,
+        if plan.backlogged { ", backlogged" } else { "" },
+        s.p_on_time,
+        s.threshold,
+        p.admit_confidence,
+        s.best_chance,
         s.slack_ms,
+        s.deadline_ms,
         s.queue_term_words(),
         s.service_term_words(),
-        s.safety_ms,
-        s.deadline_ms,
-        match why {
-            CutWhy::Worse { .. } => format!(" for the {deficit_ms:.0} ms worsening"),
-            _ => String::new(),
+        s.safety_words()
+    );
+    match law {
+        Move::Cut { factor, base, .. } => w.push_str(&format!(
+            "; effective capacity cut x{factor:.2} from {base:.2} worker-s/s on {}'s slack",
+            plan.pressure_class.as_deref().unwrap_or("?")
+        )),
+        Move::Recover { per_s } => {
+            w.push_str(&format!("; effective capacity recovering at +{per_s:.2} worker-s/s per s"))
         }
-    ));
-    match admitted {
-        Some(a) if a <= base => r.push_str(&format!(" from admitted {a:.1}/s")),
-        _ => r.push_str(&format!(" from budget {base:.1}/s")),
+        Move::Stay => {}
     }
-    if new <= min_rate {
-        r.push_str(&format!("; held at min_rate {min_rate}/s"));
-    } else if base * factor < new - 1e-9 {
-        r.push_str(&format!("; limited to x{:.2} of the budget in one cut", p.cut_floor));
-    }
-    r
+    w
+}
+
+fn initial_state(policy: &ClassPolicy) -> State {
+    State { published: policy.capacity(), gated: false, guard_logged: false, demand: 0.0 }
 }
 
 #[cfg(test)]

@@ -1,44 +1,46 @@
 //! Deadline slack: how much room a class's deadline leaves once the queue
-//! and the service tail are paid for.
+//! and the service time are paid for.
 //!
 //! ```text
-//! slack     = deadline − queue_term − service_p95 − safety
-//! service_p95 = max(service_p95 (window), service_p95 (recent))
-//! queue_term = max(queue_age_p95 (recent), predicted_wait)
-//! predicted_wait = queue_depth / drain_rate          (Little's law, when both are known)
-//! slack_p10 = deadline − queue_age_p90 (recent) − service_p95 − safety
+//! slack          = deadline − queue_term − service_term − safety
+//! service_term   = the service curve's θ quantile,  θ = admit_confidence · best_chance
+//! best_chance    = P(service ≤ deadline − safety)      (a job served at once)
+//! queue_term     = max(queue_age_p95 (recent), predicted_wait)
+//! predicted_wait = queue_depth / drain_rate             (Little's law, when both are known)
+//! p_on_time      = P(service ≤ deadline − safety − queue_term)   (a job arriving now)
+//! slack_p10      = deadline − queue_age_p90 (recent) − service_term − safety
 //! ```
 //!
-//! * **Two horizons.** Service time is a property of the workload: its p95
-//!   comes from the whole window (10 s), where the tail has enough samples,
-//!   or from the recent horizon when that is higher: a new tail (the drill's
-//!   1800 ms jobs) is in the recent p95 a second or two before it is 5% of
-//!   a 10 s window, while a passing one stays in the window (fast attack,
-//!   slow release).
-//!   Queue age is a property of the *queue*, which the budget itself drives:
-//!   its p95 comes from the freshest horizon holding enough samples (the last
-//!   1–2 s at drill rates, widening to the window when traffic is thin; see
-//!   [`ClassEstimate::queue_age_recent`]). A 10 s p95 of queue age would keep
-//!   reporting a backlog for ten seconds after it drained, and hold the
-//!   budget down for nothing.
+//! * **The distribution, not one quantile.** Slack is zero exactly when a
+//!   job arriving now keeps `admit_confidence` (95%) of the on-time chance
+//!   it would have on an idle backend: `p_on_time = θ`. For a class whose
+//!   jobs all fit the deadline, `best_chance` is about 1 and the service
+//!   term is about its p95, the classic rule. For a class with jobs that can
+//!   never make it (a p95 past the deadline), `best_chance` is below 1 and
+//!   the term is the quantile the jobs that *can* make it need: the class is
+//!   not cut for a tail no admission decision can change. Job-level
+//!   admission ([`crate::admit`]) applies the same threshold to each job.
+//! * **Safety** is the class's own `safety_ms`, or derived from its measured
+//!   spread and capped at a fraction of the deadline (see [`super::safety`]).
+//! * **Two horizons.** Service time is a property of the workload: its curve
+//!   is the window's, or the recent horizon's where that is slower (a new
+//!   tail shows there seconds before it dominates the window). Queue age is a
+//!   property of the *queue*, which the budget itself drives: its p95 comes
+//!   from the freshest horizon holding enough samples (see
+//!   [`ClassEstimate::queue_age_recent`]).
 //! * `queue_age_p95` is measured when a job *leaves* the queue, so it lags
-//!   the queue by the wait itself: a backlog is invisible until its members
-//!   start. The queue depth gauge is live; divided by the measured drain rate
-//!   it is the wait of a job arriving *now* under FIFO, which leads the
-//!   measured p95 by seconds at the onset of overload. It is used only when
-//!   the depth is fresh and the drain rate rests on enough completions, and
-//!   only ever to make the queue term larger.
-//! * `slack_p10` is the seed's per-job `deadline − now − service estimate`
-//!   (less the safety margin) at its 10th percentile across jobs: a job's
-//!   slack falls as its queue age rises, so the 10th-percentile slack belongs
-//!   to the 90th-percentile queue age. It is reported (the drill plots "slack_p10
-//!   crosses zero"); the law acts on `slack`, which is the more conservative
-//!   (it uses the p95 and the live prediction).
+//!   the queue by the wait itself. The queue depth gauge is live; divided by
+//!   the measured drain rate it is the wait of a job arriving *now* under
+//!   FIFO. It is used only when fresh, and only ever to make the term larger.
+//! * `slack_p10` is the per-job `deadline − now − service estimate` (less the
+//!   margin) at its 10th percentile across jobs, reported for dashboards; the
+//!   law acts on `slack`, which is the more conservative.
 
 use serde::Serialize;
 
-use super::ClassPolicy;
+use super::{ClassPolicy, ControlParams, safety};
 use crate::estimate::{ClassEstimate, Source};
+use crate::service_curve::ServiceCurve;
 
 /// The slack of one class at one tick, with every term that made it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -46,7 +48,9 @@ pub struct Slack {
     pub slack_ms: f64,
     pub slack_p10_ms: f64,
     pub deadline_ms: f64,
+    /// The margin in force: configured, or derived.
     pub safety_ms: f64,
+    pub safety_derived: bool,
     /// Over the recent horizon (`queue_age_horizon_ms`).
     pub queue_age_p95_ms: f64,
     pub queue_age_p90_ms: f64,
@@ -59,7 +63,18 @@ pub struct Slack {
     pub drain_rate_per_s: Option<f64>,
     /// The queue term the slack used: the larger of the p95 and the prediction.
     pub queue_term_ms: f64,
+    /// Reported; the slack uses `service_term_ms`.
     pub service_p95_ms: f64,
+    /// The service curve's `threshold` quantile.
+    pub service_term_ms: f64,
+    /// Mean service time: what an admitted job costs a worker, ms.
+    pub mean_service_ms: f64,
+    /// `P(service ≤ deadline − safety)`: the chance of a job served at once.
+    pub best_chance: f64,
+    /// The on-time chance a job must keep to be worth a worker.
+    pub threshold: f64,
+    /// The on-time chance of a job arriving now, after the queue term.
+    pub p_on_time: f64,
     pub queue_age_samples: u64,
     pub service_samples: u64,
     pub queue_age_source: Source,
@@ -100,9 +115,19 @@ impl Slack {
         }
     }
 
-    /// The service term in words, e.g. `service_p95 1800 ms (prior)`.
+    /// The service term in words, e.g. `service p95 1800 ms (prior)`.
     pub fn service_term_words(&self) -> String {
-        format!("service_p95 {:.0} ms{}", self.service_p95_ms, prior_mark(self.service_source))
+        format!(
+            "service p{:.0} {:.0} ms{}",
+            self.threshold * 100.0,
+            self.service_term_ms,
+            prior_mark(self.service_source)
+        )
+    }
+
+    /// The margin in words, e.g. `safety 104 ms (derived)`.
+    pub fn safety_words(&self) -> String {
+        format!("safety {:.0} ms{}", self.safety_ms, if self.safety_derived { " (derived)" } else { "" })
     }
 }
 
@@ -112,84 +137,78 @@ fn prior_mark(source: Source) -> &'static str {
 
 /// The slack of `policy`'s class under `estimate`. A class without an
 /// estimate gets zero terms (marked as priors): no evidence, no cut.
-/// `depth_max_age_ms` is how old a queue-depth gauge may be and still predict.
-pub fn slack(policy: &ClassPolicy, estimate: Option<&ClassEstimate>, depth_max_age_ms: u64) -> Slack {
-    let Some(e) = estimate else {
-        return Slack {
-            slack_ms: policy.deadline_ms - policy.safety_ms,
-            slack_p10_ms: policy.deadline_ms - policy.safety_ms,
-            deadline_ms: policy.deadline_ms,
-            safety_ms: policy.safety_ms,
-            queue_age_p95_ms: 0.0,
-            queue_age_p90_ms: 0.0,
-            queue_age_horizon_ms: 0,
-            queue_age_window_p95_ms: 0.0,
-            predicted_wait_ms: None,
-            queue_depth: None,
-            drain_rate_per_s: None,
-            queue_term_ms: 0.0,
-            service_p95_ms: 0.0,
-            queue_age_samples: 0,
-            service_samples: 0,
-            queue_age_source: Source::Prior,
-            service_source: Source::Prior,
-            estimator_version: 0,
-        };
+pub fn slack(policy: &ClassPolicy, estimate: Option<&ClassEstimate>, p: &ControlParams) -> Slack {
+    let no_data = ServiceCurve::lognormal(None, 0.0);
+    let curve = estimate.map_or(&no_data, |e| &e.service_curve);
+    let service_samples = estimate.map_or(0, |e| e.service.samples);
+    let deadline = policy.deadline_ms;
+    let (safety_ms, safety_derived) = match policy.safety_ms {
+        Some(ms) => (ms, false),
+        None => (safety::derived_ms(p, deadline, curve, service_samples), true),
     };
-    let depth = e.queue_depth.filter(|g| g.age_ms <= depth_max_age_ms).map(|g| g.value);
-    let drain = e.drain_rate_per_s.filter(|r| *r > 0.0);
+    let best_chance = curve.p_within(deadline - safety_ms);
+    let threshold = p.admit_confidence * best_chance;
+    let service_term = curve.quantile(threshold);
+
+    let depth = estimate.and_then(|e| e.queue_depth).filter(|g| g.age_ms <= p.depth_max_age_ms).map(|g| g.value);
+    let drain = estimate.and_then(|e| e.drain_rate_per_s).filter(|r| *r > 0.0);
     let predicted_wait_ms = match (depth, drain) {
         (Some(d), Some(r)) => Some(d as f64 / r * 1000.0),
         _ => None,
     };
-    let qa = e.queue_age_recent.quantiles;
-    let service_p95 = service_p95_ms(e);
+    let (qa, qa_window_p95, horizon_ms, qa_samples, qa_source) = match estimate {
+        Some(e) => (
+            e.queue_age_recent.quantiles,
+            e.queue_age.quantiles.p95,
+            e.queue_age_recent_ms,
+            e.queue_age_recent.samples,
+            e.queue_age_recent.source,
+        ),
+        None => (Default::default(), 0.0, 0, 0, Source::Prior),
+    };
     let queue_term = qa.p95.max(predicted_wait_ms.unwrap_or(0.0));
     Slack {
-        slack_ms: policy.deadline_ms - queue_term - service_p95 - policy.safety_ms,
-        slack_p10_ms: policy.deadline_ms - qa.p90 - service_p95 - policy.safety_ms,
-        deadline_ms: policy.deadline_ms,
-        safety_ms: policy.safety_ms,
+        slack_ms: deadline - queue_term - service_term - safety_ms,
+        slack_p10_ms: deadline - qa.p90 - service_term - safety_ms,
+        deadline_ms: deadline,
+        safety_ms,
+        safety_derived,
         queue_age_p95_ms: qa.p95,
         queue_age_p90_ms: qa.p90,
-        queue_age_horizon_ms: e.queue_age_recent_ms,
-        queue_age_window_p95_ms: e.queue_age.quantiles.p95,
+        queue_age_horizon_ms: horizon_ms,
+        queue_age_window_p95_ms: qa_window_p95,
         predicted_wait_ms,
         queue_depth: depth,
         drain_rate_per_s: drain,
         queue_term_ms: queue_term,
-        service_p95_ms: service_p95,
-        queue_age_samples: e.queue_age_recent.samples,
-        service_samples: e.service.samples,
-        queue_age_source: e.queue_age_recent.source,
-        service_source: e.service.source,
-        estimator_version: e.estimator_version,
-    }
-}
-
-/// The service-time term of slack: the window's p95, or the recent horizon's
-/// when that is higher (a new tail shows there first). The controller and the
-/// job-level `admit` op both use it, so that a job is not admitted on the
-/// belief that the tail has not arrived after the controller has seen it.
-pub fn service_p95_ms(e: &ClassEstimate) -> f64 {
-    match e.service_recent.source {
-        Source::Window => e.service.quantiles.p95.max(e.service_recent.quantiles.p95),
-        Source::Prior => e.service.quantiles.p95,
+        service_p95_ms: curve.quantile(0.95),
+        service_term_ms: service_term,
+        mean_service_ms: curve.mean_ms,
+        best_chance,
+        threshold,
+        p_on_time: curve.p_within(deadline - safety_ms - queue_term),
+        queue_age_samples: qa_samples,
+        service_samples,
+        queue_age_source: qa_source,
+        service_source: estimate.map_or(Source::Prior, |e| e.service.source),
+        estimator_version: estimate.map_or(0, |e| e.estimator_version),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::control::{Budget, ClassPolicy};
+    use crate::control::{Budget, ClassPolicy, Tier};
     use crate::estimate::{Completions, Distribution, Gauge, Quantiles};
 
-    fn policy() -> ClassPolicy {
+    fn policy(safety_ms: Option<f64>) -> ClassPolicy {
         ClassPolicy {
             deadline_ms: 3_000.0,
-            safety_ms: 250.0,
+            safety_ms,
             budget: Budget::Adaptive { min_rate: 1.0, max_rate: 40.0 },
             opportunistic: false,
+            tier: Tier::Standard,
+            weight: 1.0,
         }
     }
 
@@ -197,7 +216,9 @@ mod tests {
         Distribution { quantiles: Quantiles { p50: p90 / 2.0, p90, p95, p99: p95 * 1.2 }, samples: 300, source }
     }
 
-    fn estimate(qa: Distribution, service: Distribution) -> ClassEstimate {
+    /// Queue ages as given; service lognormal through `p50`/`p95`.
+    fn estimate(qa: Distribution, p50: f64, p95: f64, source: Source) -> ClassEstimate {
+        let service = dist(p95, p95, source);
         ClassEstimate {
             class: "interactive".into(),
             at_ms: 0,
@@ -208,6 +229,7 @@ mod tests {
             queue_age_recent_ms: 2_000,
             service,
             service_recent: service,
+            service_curve: ServiceCurve::lognormal(Some(p50), p95),
             completions: Completions::default(),
             queue_depth: None,
             kv_cache_usage: None,
@@ -216,42 +238,73 @@ mod tests {
     }
 
     #[test]
-    fn slack_is_deadline_minus_the_p95s_and_safety() {
-        let e = estimate(dist(2_000.0, 2_630.0, Source::Window), dist(1_500.0, 1_800.0, Source::Window));
-        let s = slack(&policy(), Some(&e), 2_000);
-        assert_eq!(s.slack_ms, 3_000.0 - 2_630.0 - 1_800.0 - 250.0);
-        assert_eq!(s.slack_p10_ms, 3_000.0 - 2_000.0 - 1_800.0 - 250.0);
+    fn slack_is_deadline_minus_queue_service_term_and_safety() {
+        let e = estimate(dist(2_000.0, 2_630.0, Source::Window), 120.0, 400.0, Source::Window);
+        let s = slack(&policy(Some(250.0)), Some(&e), &ControlParams::default());
+        // Every job fits the deadline: the threshold is 95% of ~1, and the
+        // service term the curve's quantile there, about its p95.
+        assert!(s.best_chance > 0.98 && (s.threshold - 0.95 * s.best_chance).abs() < 1e-12);
+        assert!((350.0..=400.0).contains(&s.service_term_ms), "{}", s.service_term_ms);
+        assert_eq!(s.slack_ms, 3_000.0 - 2_630.0 - s.service_term_ms - 250.0);
+        assert_eq!(s.slack_p10_ms, 3_000.0 - 2_000.0 - s.service_term_ms - 250.0);
         assert!(s.slack_p10_ms >= s.slack_ms);
         assert_eq!(s.estimator_version, 3);
-        assert!(!s.from_prior() && s.has_evidence());
+        assert!(!s.from_prior() && s.has_evidence() && !s.safety_derived);
         assert_eq!(s.queue_term_words(), "queue_age_p95 2630 ms (last 2.0 s)");
+        assert!((s.mean_service_ms - 156.86).abs() < 0.1);
+    }
+
+    #[test]
+    fn a_tail_past_the_deadline_is_judged_on_the_jobs_that_can_make_it() {
+        // p95 of 6 s against a 3 s deadline: the classic rule's slack is
+        // negative with an empty queue; this one is not.
+        let e = estimate(dist(0.0, 0.0, Source::Window), 800.0, 6_000.0, Source::Window);
+        let s = slack(&policy(None), Some(&e), &ControlParams::default());
+        assert!(s.best_chance < 0.9 && s.best_chance > 0.7, "{}", s.best_chance);
+        assert!(s.service_term_ms < 3_000.0 - s.safety_ms, "{}", s.service_term_ms);
+        assert!(s.slack_ms > 0.0, "{s:?}");
+        assert!(s.service_p95_ms > 3_000.0);
+    }
+
+    #[test]
+    fn a_tight_deadline_keeps_its_room() {
+        // 400 ms, p50 80 / p95 150: a fixed 250 ms margin would leave nothing.
+        let mut p = policy(None);
+        p.deadline_ms = 400.0;
+        let e = estimate(dist(0.0, 0.0, Source::Window), 80.0, 150.0, Source::Window);
+        let s = slack(&p, Some(&e), &ControlParams::default());
+        assert!(s.safety_derived && s.safety_ms <= 40.0, "{}", s.safety_ms);
+        assert!(s.slack_ms > 150.0, "{s:?}");
+        assert!(s.safety_words().ends_with("ms (derived)"));
     }
 
     #[test]
     fn a_fresh_queue_depth_predicts_the_wait_and_only_ever_adds() {
-        let mut e = estimate(dist(80.0, 100.0, Source::Window), dist(300.0, 400.0, Source::Window));
+        let mut e = estimate(dist(80.0, 100.0, Source::Window), 300.0, 400.0, Source::Window);
         e.drain_rate_per_s = Some(10.0);
         e.queue_depth = Some(Gauge { value: 24, age_ms: 300 });
-        let s = slack(&policy(), Some(&e), 2_000);
+        let p = ControlParams::default();
+        let s = slack(&policy(Some(250.0)), Some(&e), &p);
         assert_eq!(s.predicted_wait_ms, Some(2_400.0));
         assert_eq!(s.queue_term_ms, 2_400.0);
-        assert_eq!(s.slack_ms, 3_000.0 - 2_400.0 - 400.0 - 250.0);
+        assert_eq!(s.slack_ms, 3_000.0 - 2_400.0 - s.service_term_ms - 250.0);
         assert!(s.queue_term_words().starts_with("predicted wait 2400 ms (depth 24 / drain 10.0/s"));
         // A short queue never lowers the measured p95.
         e.queue_depth = Some(Gauge { value: 0, age_ms: 300 });
-        assert_eq!(slack(&policy(), Some(&e), 2_000).queue_term_ms, 100.0);
+        assert_eq!(slack(&policy(Some(250.0)), Some(&e), &p).queue_term_ms, 100.0);
         // A stale depth is not used.
         e.queue_depth = Some(Gauge { value: 24, age_ms: 2_001 });
-        assert_eq!(slack(&policy(), Some(&e), 2_000).predicted_wait_ms, None);
+        assert_eq!(slack(&policy(Some(250.0)), Some(&e), &p).predicted_wait_ms, None);
     }
 
     #[test]
     fn no_estimate_or_priors_only_is_not_evidence() {
-        let s = slack(&policy(), None, 2_000);
+        let p = ControlParams::default();
+        let s = slack(&policy(Some(250.0)), None, &p);
         assert_eq!(s.slack_ms, 2_750.0);
         assert!(s.from_prior() && !s.has_evidence());
-        let e = estimate(dist(0.0, 5_000.0, Source::Prior), dist(0.0, 0.0, Source::Prior));
-        let s = slack(&policy(), Some(&e), 2_000);
+        let e = estimate(dist(0.0, 5_000.0, Source::Prior), 100.0, 200.0, Source::Prior);
+        let s = slack(&policy(Some(250.0)), Some(&e), &p);
         assert!(s.slack_ms < 0.0 && !s.has_evidence());
     }
 }

@@ -1,0 +1,120 @@
+//! The shared backend's capacity, in worker-seconds per second.
+//!
+//! With `[backend] workers = W` configured, the capacity is W: W workers
+//! give W worker-seconds each second, whatever the jobs' sizes (the sizes
+//! are in each class's mean service time, which turns worker-seconds into
+//! jobs). Without it, the capacity is learnt from what the servers report:
+//! each completion costs its service time, so `Σ completions/s × mean
+//! service` is the work done per second, and while a real backlog stands
+//! the workers are all busy, so the work done *is* the capacity. The learnt
+//! figure averages the backlogged ticks (time constant
+//! [`LEARN_TIME_CONSTANT_S`]: one tick's reading of the work done is noisy),
+//! without a backlog it never stays below work seen done, and while
+//! admission is being limited with no backlog in sight (the figure is too
+//! low) it is probed upwards by [`PROBE_PER_S`] a second. Before any
+//! backlog it is what the classes' `max_rate`s would bring: no limit of its
+//! own.
+
+use serde::Serialize;
+
+/// How fast the learnt capacity follows new backlogged measurements.
+pub const LEARN_TIME_CONSTANT_S: f64 = 5.0;
+/// How fast a learnt capacity grows while admission is limited without a backlog.
+pub const PROBE_PER_S: f64 = 0.05;
+
+/// Where a capacity figure came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CapacitySource {
+    /// Work done while a backlog stood.
+    Learnt,
+    /// `[backend] workers`.
+    Configured,
+    /// Neither: what the classes' `max_rate`s would bring.
+    MaxRates,
+}
+
+impl CapacitySource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CapacitySource::Learnt => "learnt",
+            CapacitySource::Configured => "configured",
+            CapacitySource::MaxRates => "max rates",
+        }
+    }
+}
+
+/// The learnt part of the model.
+#[derive(Clone, Debug, Default)]
+pub struct CapacityModel {
+    learnt: Option<f64>,
+}
+
+impl CapacityModel {
+    /// One tick's measurement: `busy` worker-seconds per second done,
+    /// whether a backlog stood, and whether admission was being limited.
+    pub fn update(&mut self, busy: f64, backlogged: bool, limiting: bool, dt_s: f64) {
+        if !(busy.is_finite() && busy > 0.0) {
+            return;
+        }
+        self.learnt = match (self.learnt, backlogged) {
+            (None, true) => Some(busy),
+            (Some(c), true) => {
+                let alpha = (dt_s / LEARN_TIME_CONSTANT_S).clamp(0.0, 1.0);
+                Some(c + alpha * (busy - c))
+            }
+            // Without a backlog the work done is only a lower bound, and a
+            // limit with no backlog behind it is a figure too low.
+            (Some(c), false) => {
+                let probed = if limiting { c * (1.0 + PROBE_PER_S * dt_s.clamp(0.0, 1.0)) } else { c };
+                Some(probed.max(busy))
+            }
+            (None, false) => None,
+        };
+    }
+
+    /// The capacity to plan with, and where it came from.
+    pub fn capacity(&self, configured: Option<f64>, max_rates: f64) -> (f64, CapacitySource) {
+        match (configured, self.learnt) {
+            (Some(w), _) => (w, CapacitySource::Configured),
+            (None, Some(c)) => (c, CapacitySource::Learnt),
+            (None, None) => (max_rates, CapacitySource::MaxRates),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_is_configured_or_learnt_under_a_backlog() {
+        let mut m = CapacityModel::default();
+        assert_eq!(m.capacity(Some(8.0), 20.0), (8.0, CapacitySource::Configured));
+        assert_eq!(m.capacity(None, 20.0), (20.0, CapacitySource::MaxRates));
+        // Idle work says nothing about the ceiling.
+        m.update(3.0, false, false, 0.1);
+        assert_eq!(m.capacity(None, 20.0).1, CapacitySource::MaxRates);
+        // A backlog: the work done is the capacity; a configured count still wins.
+        m.update(7.0, true, false, 0.1);
+        assert_eq!(m.capacity(None, 20.0), (7.0, CapacitySource::Learnt));
+        assert_eq!(m.capacity(Some(8.0), 20.0), (8.0, CapacitySource::Configured));
+        // It follows further backlogged readings with a 5 s time constant...
+        for _ in 0..50 {
+            m.update(7.5, true, false, 0.1);
+        }
+        let (c, _) = m.capacity(None, 0.0);
+        assert!((c - (7.5 - 0.5 * (1.0 - 0.1_f64 / 5.0).powi(50))).abs() < 1e-9, "{c}");
+        // ...never stays below work seen done...
+        m.update(9.0, false, false, 0.1);
+        assert_eq!(m.capacity(None, 0.0).0, 9.0);
+        // ...and grows while it limits admission with no backlog.
+        m.update(1.0, false, true, 1.0);
+        assert!((m.capacity(None, 0.0).0 - 9.45).abs() < 1e-9);
+        // Nonsense readings change nothing.
+        for bad in [f64::NAN, -1.0, 0.0, f64::INFINITY] {
+            m.update(bad, true, false, 0.1);
+            assert!((m.capacity(None, 0.0).0 - 9.45).abs() < 1e-9);
+        }
+    }
+}
