@@ -1,31 +1,41 @@
-//! Job-level admission: the seed's `admit` function, for servers that want a
-//! per-request answer (the control socket's `admit` op).
+//! Job-level admission: the `admit` op's answer to "may this job start?",
+//! from the same model the controller sizes budgets with
+//! ([`crate::control::ClassView`]).
 //!
 //! ```text
-//! slack = deadline − now − service_p95                (the seed's deadline_slack_ms)
-//! slack − safety < 0            → reject_deadline     (it cannot finish in time under the estimate)
-//! queue_age > max_queue_age     → reject_stale
-//! otherwise                     → admit
+//! left       = deadline − now − safety
+//! p          = P(service ≤ left)                 the class's service curve
+//! p < θ      → reject_deadline (503)              θ = admit_confidence · best_chance
+//!              unless the backend is idle: admit (the sanity guard)
+//! age > max  → reject_stale (503)
+//! retry or hedge, capacity short         → reject_retry (503): shed before first attempts
+//! retry or hedge, over their share       → reject_budget (429)
+//! otherwise  → admit
 //! ```
 //!
-//! The deadline check comes first, as in the seed: a job that cannot finish
-//! in time is reported as such even if it is also stale. `slack` is reported
-//! without the safety margin, as the seed's job record does (queued 09:12:00,
-//! deadline 09:12:08, service estimate 1800 ms, queue age 2400 ms → slack
-//! 3800 ms); the margin applies only to the verdict.
+//! **The threshold.** A job costs a worker its service time whether or not
+//! it finishes in time. `best_chance` is what a job of the class gets when
+//! served at once; a job that has lost more than `1 − admit_confidence` (5%)
+//! of it to waiting yields less on-time work per worker-second than a
+//! fresher job of the same class would, and under load there is one behind
+//! it. Jobs that can never make it (service past the deadline) lower
+//! `best_chance` itself, so a class with a long tail is judged on the jobs
+//! that can make it, not refused whole.
 //!
-//! **Retry-After.** A rejection carries a hint, because a client told only
-//! "no" retries at once and turns an overload into a retry storm. The base is
-//! how far over the job is (the deficit for a deadline rejection, the excess
-//! age for a stale one), clamped to `[retry_after_min_ms, retry_after_max_ms]`,
-//! then spread by ±`jitter` so that clients rejected together do not come
-//! back together, and clamped again: the hint never leaves its bounds. The
-//! jitter draws from an RNG the caller passes in, so tests are deterministic.
+//! **Two refusals a client can act on.** 503 means the backend has no room
+//! in time: `Retry-After` is the predicted drain time (the queue term),
+//! jittered and bounded. 429 means the class's retries and hedges are over
+//! their share: retry soon, as a first attempt would be let in.
 //!
-//! Pure: `now` is a parameter, on the same clock as the deadline.
+//! Pure: `now` is a parameter, on the same clock as the deadline, and the
+//! jitter draws from the caller's RNG.
 
 use rand::{Rng, RngExt};
 use serde::{Deserialize, Serialize};
+
+use crate::control::ClassView;
+
+pub mod ledger;
 
 /// How old a job is: either its queue age, or when it was queued.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
@@ -43,16 +53,19 @@ pub struct AdmitRequest {
     pub deadline_ms: f64,
     pub queue_age: QueueAge,
     pub now_ms: f64,
-    /// The class's service p95 (`ClassEstimate::service.quantiles.p95`).
-    pub service_p95_ms: f64,
+    /// Which try this is (1 = the first).
+    pub attempt: u32,
+    /// A speculative duplicate of a job already running elsewhere.
+    pub hedge: bool,
 }
 
-/// The knobs (per class, or global).
+/// The knobs of the answer (per request, or the defaults).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdmitPolicy {
-    #[serde(default = "d_safety_ms")]
-    pub safety_ms: f64,
+    /// Overrides the class's margin for this request, ms.
+    #[serde(default)]
+    pub safety_ms: Option<f64>,
     /// Older than this in the queue: reject as stale.
     pub max_queue_age_ms: f64,
     #[serde(default = "d_retry_min")]
@@ -64,9 +77,6 @@ pub struct AdmitPolicy {
     pub jitter: f64,
 }
 
-fn d_safety_ms() -> f64 {
-    250.0
-}
 fn d_retry_min() -> u64 {
     1_000
 }
@@ -78,10 +88,10 @@ fn d_jitter() -> f64 {
 }
 
 impl AdmitPolicy {
-    /// A policy with the seed's defaults and this stale limit.
+    /// The defaults with this stale limit.
     pub fn with_max_queue_age(max_queue_age_ms: f64) -> Self {
         AdmitPolicy {
-            safety_ms: d_safety_ms(),
+            safety_ms: None,
             max_queue_age_ms,
             retry_after_min_ms: d_retry_min(),
             retry_after_max_ms: d_retry_max(),
@@ -91,8 +101,10 @@ impl AdmitPolicy {
 
     /// Checks the policy; the error names the field.
     pub fn validate(&self) -> Result<(), String> {
-        if !(self.safety_ms.is_finite() && self.safety_ms >= 0.0) {
-            return Err(format!("admit.safety_ms: {} is not a finite, non-negative number", self.safety_ms));
+        if let Some(safety) = self.safety_ms
+            && !(safety.is_finite() && safety >= 0.0)
+        {
+            return Err(format!("admit.safety_ms: {safety} is not a finite, non-negative number"));
         }
         if !(self.max_queue_age_ms.is_finite() && self.max_queue_age_ms >= 0.0) {
             return Err(format!(
@@ -118,8 +130,14 @@ impl AdmitPolicy {
 #[serde(rename_all = "snake_case")]
 pub enum Verdict {
     Admit,
+    /// Too little chance of finishing in time.
     RejectDeadline,
+    /// Waited longer than the stale limit.
     RejectStale,
+    /// A retry or hedge while capacity is short.
+    RejectRetry,
+    /// A retry or hedge over the class's retry share.
+    RejectBudget,
 }
 
 impl Verdict {
@@ -129,19 +147,38 @@ impl Verdict {
             Verdict::Admit => "admit",
             Verdict::RejectDeadline => "reject_deadline",
             Verdict::RejectStale => "reject_stale",
+            Verdict::RejectRetry => "reject_retry",
+            Verdict::RejectBudget => "reject_budget",
+        }
+    }
+
+    /// The HTTP status a server should answer with: 429 over a budget
+    /// (retry soon), 503 without capacity (retry after the hint).
+    pub fn http_status(self) -> Option<u16> {
+        match self {
+            Verdict::Admit => None,
+            Verdict::RejectBudget => Some(429),
+            Verdict::RejectDeadline | Verdict::RejectStale | Verdict::RejectRetry => Some(503),
         }
     }
 }
 
 /// The verdict with its numbers.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AdmitDecision {
     pub verdict: Verdict,
-    /// `deadline − now − service_p95`, ms (the safety margin not taken off).
+    /// `deadline − now − service term`, ms (the margin not taken off).
     pub slack_ms: f64,
+    /// The job's chance of finishing in time if it starts now.
+    pub p_on_time: f64,
+    pub threshold: f64,
     pub queue_age_ms: f64,
     /// For rejections: when to retry, ms, within the policy's bounds.
     pub retry_after_ms: Option<u64>,
+    /// Admitted only because the backend is idle (the sanity guard).
+    pub guarded: bool,
+    /// A short reason a person can read.
+    pub reason: String,
 }
 
 impl AdmitDecision {
@@ -151,24 +188,69 @@ impl AdmitDecision {
     }
 }
 
-/// Decides whether a job may start. A NaN anywhere in the request compares
-/// as "not enough slack": an unknown estimate must not admit.
-pub fn admit<R: Rng + ?Sized>(request: &AdmitRequest, policy: &AdmitPolicy, rng: &mut R) -> AdmitDecision {
+/// Decides whether a job may start. `retry_share` is the class's recent
+/// share of admitted jobs that were retries or hedges, `retry_share_max`
+/// its cap. A NaN anywhere compares as "not enough chance".
+pub fn admit<R: Rng + ?Sized>(
+    request: &AdmitRequest,
+    view: &ClassView,
+    policy: &AdmitPolicy,
+    retry_share: f64,
+    retry_share_max: f64,
+    rng: &mut R,
+) -> AdmitDecision {
     let queue_age_ms = match request.queue_age {
         QueueAge::AgeMs(age) => age,
         QueueAge::QueuedAtMs(at) => request.now_ms - at,
     };
-    let slack_ms = request.deadline_ms - request.now_ms - request.service_p95_ms;
-    let margin = slack_ms - policy.safety_ms;
-    let (verdict, over_ms) = if margin.is_nan() || margin < 0.0 {
-        (Verdict::RejectDeadline, -margin)
+    let s = &view.slack;
+    let safety = policy.safety_ms.unwrap_or(s.safety_ms);
+    let left = request.deadline_ms - request.now_ms - safety;
+    let p = view.curve.p_within(left);
+    let threshold = s.threshold;
+    let repeat = request.attempt > 1 || request.hedge;
+    let (kind, kinds) = if request.hedge { ("hedge", "hedges") } else { ("retry", "retries") };
+    let drain = s.queue_term_ms;
+    let (verdict, over_ms, guarded, reason) = if p.is_nan() || p < threshold {
+        if view.idle && p > 0.0 {
+            (
+                Verdict::Admit,
+                0.0,
+                true,
+                format!("backend idle: admitted although its on-time chance {p:.2} < {threshold:.2}"),
+            )
+        } else {
+            let why = format!(
+                "on-time chance {p:.2} < {threshold:.2} with {left:.0} ms left; queue drains in ~{drain:.0} ms"
+            );
+            (Verdict::RejectDeadline, drain, false, why)
+        }
     } else if queue_age_ms > policy.max_queue_age_ms {
-        (Verdict::RejectStale, queue_age_ms - policy.max_queue_age_ms)
+        let why = format!("queued {queue_age_ms:.0} ms > {:.0} ms", policy.max_queue_age_ms);
+        (Verdict::RejectStale, queue_age_ms - policy.max_queue_age_ms, false, why)
+    } else if repeat && view.pressure {
+        (Verdict::RejectRetry, drain, false, format!("capacity short: a {kind} is shed before first attempts"))
+    } else if repeat && retry_share >= retry_share_max {
+        let why = format!(
+            "{kinds} are {:.0}% of admitted jobs, over their {:.0}% share",
+            retry_share * 100.0,
+            retry_share_max * 100.0
+        );
+        (Verdict::RejectBudget, 0.0, false, why)
     } else {
-        (Verdict::Admit, 0.0)
+        (Verdict::Admit, 0.0, false, format!("on-time chance {p:.2} >= {threshold:.2}"))
     };
     let retry_after_ms = (verdict != Verdict::Admit).then(|| retry_after(over_ms, policy, rng));
-    AdmitDecision { verdict, slack_ms, queue_age_ms, retry_after_ms }
+    AdmitDecision {
+        verdict,
+        slack_ms: request.deadline_ms - request.now_ms - s.service_term_ms,
+        p_on_time: p,
+        threshold,
+        queue_age_ms,
+        retry_after_ms,
+        guarded,
+        reason,
+    }
 }
 
 fn retry_after<R: Rng + ?Sized>(over_ms: f64, policy: &AdmitPolicy, rng: &mut R) -> u64 {
@@ -179,179 +261,4 @@ fn retry_after<R: Rng + ?Sized>(over_ms: f64, policy: &AdmitPolicy, rng: &mut R)
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use rand::SeedableRng;
-    use rand::rngs::SmallRng;
-
-    /// 09:12:00 on an arbitrary ms clock.
-    const T0: f64 = 33_120_000.0;
-
-    /// The seed's record: queued 09:12:00, deadline 09:12:08, service
-    /// estimate 1800 ms, queue age 2400 ms (so now is 09:12:02.4).
-    fn seed_record() -> AdmitRequest {
-        AdmitRequest {
-            deadline_ms: T0 + 8_000.0,
-            queue_age: QueueAge::QueuedAtMs(T0),
-            now_ms: T0 + 2_400.0,
-            service_p95_ms: 1_800.0,
-        }
-    }
-
-    fn policy() -> AdmitPolicy {
-        AdmitPolicy::with_max_queue_age(10_000.0)
-    }
-
-    #[test]
-    fn table() {
-        let rec = seed_record();
-        let cases: &[(&str, AdmitRequest, AdmitPolicy, Verdict, f64)] = &[
-            ("the seed's record", rec, policy(), Verdict::Admit, 3_800.0),
-            (
-                "same, given as a queue age",
-                AdmitRequest { queue_age: QueueAge::AgeMs(2_400.0), ..rec },
-                policy(),
-                Verdict::Admit,
-                3_800.0,
-            ),
-            // Later and later: slack − safety reaches 0, then −1.
-            (
-                "slack exactly the safety margin",
-                AdmitRequest { now_ms: T0 + 5_950.0, ..rec },
-                policy(),
-                Verdict::Admit,
-                250.0,
-            ),
-            (
-                "1 ms inside the margin",
-                AdmitRequest { now_ms: T0 + 5_951.0, ..rec },
-                policy(),
-                Verdict::RejectDeadline,
-                249.0,
-            ),
-            (
-                "slack exactly 0, no margin",
-                AdmitRequest { now_ms: T0 + 6_200.0, ..rec },
-                AdmitPolicy { safety_ms: 0.0, ..policy() },
-                Verdict::Admit,
-                0.0,
-            ),
-            (
-                "slack −1 ms, no margin",
-                AdmitRequest { now_ms: T0 + 6_201.0, ..rec },
-                AdmitPolicy { safety_ms: 0.0, ..policy() },
-                Verdict::RejectDeadline,
-                -1.0,
-            ),
-            (
-                "a slower estimate (p95 5800 ms)",
-                AdmitRequest { service_p95_ms: 5_800.0, ..rec },
-                policy(),
-                Verdict::RejectDeadline,
-                -200.0,
-            ),
-            (
-                "past its deadline",
-                AdmitRequest { now_ms: T0 + 9_000.0, ..rec },
-                policy(),
-                Verdict::RejectDeadline,
-                -2_800.0,
-            ),
-            (
-                "queue age at the stale limit",
-                rec,
-                AdmitPolicy { max_queue_age_ms: 2_400.0, ..policy() },
-                Verdict::Admit,
-                3_800.0,
-            ),
-            (
-                "queue age 1 ms over the limit",
-                rec,
-                AdmitPolicy { max_queue_age_ms: 2_399.0, ..policy() },
-                Verdict::RejectStale,
-                3_800.0,
-            ),
-            (
-                "both: the deadline is reported first",
-                AdmitRequest { now_ms: T0 + 9_000.0, ..rec },
-                AdmitPolicy { max_queue_age_ms: 100.0, ..policy() },
-                Verdict::RejectDeadline,
-                -2_800.0,
-            ),
-            (
-                "unknown estimate (NaN) does not admit",
-                AdmitRequest { service_p95_ms: f64::NAN, ..rec },
-                policy(),
-                Verdict::RejectDeadline,
-                f64::NAN,
-            ),
-        ];
-        let mut rng = SmallRng::seed_from_u64(1);
-        for (what, request, policy, verdict, slack) in cases {
-            let d = admit(request, policy, &mut rng);
-            assert_eq!(d.verdict, *verdict, "{what}: {d:?}");
-            assert!(d.slack_ms == *slack || (slack.is_nan() && d.slack_ms.is_nan()), "{what}: slack {}", d.slack_ms);
-            assert_eq!(d.retry_after_ms.is_some(), *verdict != Verdict::Admit, "{what}");
-        }
-        // Queued-at and now give the queue age.
-        let d = admit(&AdmitRequest { now_ms: T0 + 6_000.0, ..rec }, &policy(), &mut rng);
-        assert_eq!(d.queue_age_ms, 6_000.0);
-        assert_eq!(admit(&rec, &policy(), &mut rng).queue_age_ms, 2_400.0);
-    }
-
-    #[test]
-    fn retry_after_is_bounded_scaled_and_jittered() {
-        let p = policy();
-        let mut rng = SmallRng::seed_from_u64(42);
-        let rec = seed_record();
-        // Far over (the p95 is 60 s): the hint sits at the top bound.
-        let far = AdmitRequest { service_p95_ms: 60_000.0, ..rec };
-        // Barely over: the hint sits at the bottom bound.
-        let near = AdmitRequest { now_ms: T0 + 5_951.0, ..rec };
-        // 4 s over (5600 ms left − 9350 ms − 250 ms): around 4 s, ±20%.
-        let mid = AdmitRequest { service_p95_ms: 9_350.0, ..rec };
-        let mid_over = -(admit(&mid, &AdmitPolicy { jitter: 0.0, ..p.clone() }, &mut rng).slack_ms - p.safety_ms);
-        assert!((mid_over - 4_000.0).abs() < 1e-9, "{mid_over}");
-
-        let (mut lo_seen, mut hi_seen) = (u64::MAX, 0);
-        for _ in 0..10_000 {
-            for (req, lo, hi) in [(far, 24_000, 30_000), (near, 1_000, 1_200), (mid, 3_200, 4_800)] {
-                let ms = admit(&req, &p, &mut rng).retry_after_ms.unwrap();
-                assert!((lo..=hi).contains(&ms), "{ms} not in {lo}..={hi}");
-                assert!((p.retry_after_min_ms..=p.retry_after_max_ms).contains(&ms));
-            }
-            let ms = admit(&mid, &p, &mut rng).retry_after_ms.unwrap();
-            lo_seen = lo_seen.min(ms);
-            hi_seen = hi_seen.max(ms);
-        }
-        // The jitter actually spreads (not a constant).
-        assert!(lo_seen < 3_300 && hi_seen > 4_700, "{lo_seen}..{hi_seen}");
-        // Same seed, same hints.
-        let a: Vec<_> =
-            (0..5).map(|_| 0).scan(SmallRng::seed_from_u64(9), |r, _| admit(&mid, &p, r).retry_after_ms).collect();
-        let b: Vec<_> =
-            (0..5).map(|_| 0).scan(SmallRng::seed_from_u64(9), |r, _| admit(&mid, &p, r).retry_after_ms).collect();
-        assert_eq!(a, b);
-        // Stale: based on the excess age; Retry-After in whole seconds, up.
-        let stale = admit(&rec, &AdmitPolicy { max_queue_age_ms: 0.0, jitter: 0.0, ..p.clone() }, &mut rng);
-        assert_eq!(
-            (stale.verdict, stale.retry_after_ms, stale.retry_after_secs()),
-            (Verdict::RejectStale, Some(2_400), Some(3))
-        );
-    }
-
-    #[test]
-    fn policy_validation_and_strict_config() {
-        assert!(policy().validate().is_ok());
-        assert!(
-            AdmitPolicy { retry_after_min_ms: 5, retry_after_max_ms: 4, ..policy() }
-                .validate()
-                .unwrap_err()
-                .contains("retry_after_min_ms")
-        );
-        assert!(AdmitPolicy { jitter: 1.0, ..policy() }.validate().unwrap_err().contains("jitter"));
-        let p: AdmitPolicy = toml::from_str("max_queue_age_ms = 10000").unwrap();
-        assert_eq!(p, policy());
-        assert!(toml::from_str::<AdmitPolicy>("max_queue_age_ms = 5000\nsafety = 1").is_err());
-    }
-}
+mod tests;

@@ -7,7 +7,7 @@
 use std::{collections::BTreeMap, fmt, path::Path};
 
 use crate::{
-    control::{Budget, ClassPolicy, ControlParams, Controller},
+    control::{Budget, ClassPolicy, ControlParams, Controller, Tier, safety},
     estimate::{ClassPrior, EstimatorParams, Estimators},
     telemetry::scrape::ScrapeTarget,
 };
@@ -97,6 +97,27 @@ pub struct Config {
     /// The fail-open watchdog (`[watchdog]`).
     #[serde(default)]
     pub watchdog: WatchdogSpec,
+    /// The inference backend the controlled classes share (`[backend]`).
+    #[serde(default, skip_serializing_if = "BackendSpec::is_empty")]
+    pub backend: BackendSpec,
+}
+
+/// `[backend]`: what the controller may assume of the shared backend before
+/// it has measured it.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct BackendSpec {
+    /// Requests the backend serves at once (its worker slots, or its batch
+    /// size): its capacity, one worker-second per second each, until the
+    /// capacity is learnt from a backlog.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub workers: Option<u32>,
+}
+
+impl BackendSpec {
+    fn is_empty(&self) -> bool {
+        self.workers.is_none()
+    }
 }
 
 /// `[watchdog]`: when the fast path stops shedding because the daemon went quiet.
@@ -179,9 +200,17 @@ pub struct ClassSpec {
     /// The class's deadline: enables deadline-slack control.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deadline_ms: Option<f64>,
-    /// Margin kept below the deadline, ms (default 250).
+    /// Margin kept below the deadline, ms; derived from the class's
+    /// measured spread (at most 10% of the deadline) when left out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub safety_ms: Option<f64>,
+    /// Who gets the shared backend first: critical, standard (the
+    /// default) or sheddable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<Tier>,
+    /// Share of its tier's capacity relative to the tier's other classes (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weight: Option<f64>,
     /// The controller sets the rate within these bounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adaptive: Option<AdaptiveSpec>,
@@ -337,6 +366,8 @@ impl Config {
                     (class.adaptive.is_some(), "adaptive"),
                     (class.opportunistic, "opportunistic"),
                     (class.safety_ms.is_some(), "safety_ms"),
+                    (class.tier.is_some(), "tier"),
+                    (class.weight.is_some(), "weight"),
                 ] {
                     if set {
                         return fail(field(name), "only means something with a deadline_ms");
@@ -350,10 +381,18 @@ impl Config {
             };
             let policy = ClassPolicy {
                 deadline_ms,
-                safety_ms: class.safety_ms.unwrap_or(250.0),
+                safety_ms: class.safety_ms,
                 budget,
                 opportunistic: class.opportunistic,
+                tier: class.tier.unwrap_or_default(),
+                weight: class.weight.unwrap_or(1.0),
             };
+            if let Some(safety_ms) = class.safety_ms {
+                let prior = class.prior.clone().unwrap_or_default();
+                let typical = prior.service_p50_ms.unwrap_or(prior.service_p95_ms);
+                safety::check_configured(safety_ms, deadline_ms, typical, self.control.safety_max_fraction)
+                    .map_err(|message| ConfigError { field: field("safety_ms"), message: after_field(message) })?;
+            }
             // Checked alone first, so a bad policy is pinned on its class.
             Controller::new(ControlParams::default(), [(class.name.clone(), policy.clone())].into())
                 .map_err(|e| ConfigError { field: format!("class[{i}]"), message: e.to_string() })?;
@@ -361,7 +400,11 @@ impl Config {
         }
         let estimators = Estimators::new(self.estimator.clone(), priors.clone())
             .map_err(|e| ConfigError { field: "estimator".into(), message: e.to_string() })?;
-        let controller = Controller::new(self.control.clone(), policies)
+        if self.backend.workers == Some(0) {
+            return fail("backend.workers", "must be at least 1 (the requests the backend serves at once)");
+        }
+        let params = ControlParams { workers: self.backend.workers.map(f64::from), ..self.control.clone() };
+        let controller = Controller::new(params, policies)
             .map_err(|e| ConfigError { field: "control".into(), message: e.to_string() })?;
         for (i, target) in self.scrapes.iter().enumerate() {
             target.validate().map_err(|e| ConfigError { field: format!("scrape[{i}]"), message: format!("{e:#}") })?;
@@ -382,6 +425,12 @@ impl Config {
             scrape_interval_ms: self.scrape_interval_ms,
         })
     }
+}
+
+/// A message that starts with its own field name (`safety_ms: …`), for a
+/// [`ConfigError`] that names the field in full already.
+fn after_field(message: String) -> String {
+    message.split_once(": ").map_or(message.clone(), |(_, rest)| rest.to_string())
 }
 
 /// Converts tokens to milli-tokens, refusing values the fixed point cannot hold.
@@ -580,6 +629,55 @@ mod tests {
         assert_eq!(batch.action, Action::Drop as u8);
         assert_eq!(plan.src_v4[&(16, [10, 1, 0, 0])], target_for(1));
         assert_eq!(plan.dst_ports[&8000], target_for(0));
+    }
+
+    #[test]
+    fn the_tight_deadline_example_loads_and_derives_its_margin() {
+        let config = Config::parse(include_str!("../../config/interactive-300ms.toml")).unwrap();
+        config.plan().unwrap();
+        let setup = config.control().unwrap_or_else(|e| panic!("{e}"));
+        let ttft = &setup.controller.policies()["ttft"];
+        assert_eq!((ttft.safety_ms, ttft.tier), (None, Tier::Critical));
+        assert_eq!(setup.controller.params().workers, Some(8.0));
+    }
+
+    #[test]
+    fn a_margin_that_leaves_no_room_is_refused_with_what_would_work() {
+        // (deadline, safety, prior p50) → refused?
+        let rows = [
+            (400.0, 250.0, Some(150.0), true),
+            (400.0, 249.0, Some(150.0), false),
+            (300.0, 250.0, Some(80.0), true),
+            (300.0, 30.0, Some(80.0), false),
+            (3_000.0, 250.0, Some(120.0), false),
+            // A class whose slow jobs exceed the deadline is still valid.
+            (3_000.0, 250.0, Some(2_000.0), false),
+            (3_000.0, 1_500.0, Some(2_000.0), true),
+        ];
+        for (deadline, safety, p50, refused) in rows {
+            let prior = p50.map_or(String::new(), |p| {
+                format!("prior = {{ service_p50_ms = {p}, service_p95_ms = {} }}\n", p * 3.0)
+            });
+            let text = format!(
+                "default_class = \"x\"\n[[class]]\nname = \"x\"\nburst = 5\naction = \"reject\"\n\
+                 deadline_ms = {deadline}\nsafety_ms = {safety}\nadaptive = {{ max_rate = 10 }}\n{prior}"
+            );
+            let result = Config::parse(&text).unwrap().control().map(|_| ());
+            assert_eq!(
+                result.is_err(),
+                refused,
+                "deadline {deadline}, safety {safety}: {result:?}",
+                result = result.as_ref().err()
+            );
+            if let Err(e) = result {
+                assert_eq!(e.field, "class[0].safety_ms");
+                assert!(e.message.contains("leaves no room") && e.message.contains("leave safety_ms out"), "{e}");
+                assert!(!e.to_string().contains("safety_ms: safety_ms"), "the field is named once: {e}");
+            }
+        }
+        // Backend workers must be at least one.
+        let err = Config::parse(&format!("{BASE}\n[backend]\nworkers = 0")).unwrap().control().err().unwrap();
+        assert_eq!(err.field, "backend.workers");
     }
 
     #[test]

@@ -17,16 +17,17 @@ use shedder_common::bucket::BucketParams;
 use tracing::warn;
 
 use crate::{
+    admit::ledger::AdmissionLedger,
     config::{ControlSetup, Plan},
-    control::{Controller, Decision, DecisionLog},
+    control::{Controller, Decision, DecisionLog, TickInputs},
     datapath::Datapath,
     estimate::Estimators,
     metrics::Distributions,
-    telemetry::{ClassObservations, gpu::GpuSource, samples::SampleInbox},
+    telemetry::{ClassObservations, Observation, gpu::GpuSource, samples::SampleInbox},
 };
 
-/// How far back the admitted rate is measured.
-const ADMITTED_HORIZON: Duration = Duration::from_secs(1);
+/// How far back the per-class rates are measured.
+const RATE_HORIZON: Duration = Duration::from_secs(1);
 /// Recent decisions kept for the control socket's `decisions` op.
 const DECISIONS_KEPT: usize = 1024;
 
@@ -38,7 +39,11 @@ pub struct ControlLoop {
     controller: Controller,
     inbox: Arc<SampleInbox>,
     gpu: Box<dyn GpuSource>,
-    admitted: AdmittedRates,
+    admitted: CounterRates,
+    offered: CounterRates,
+    wasted: CounterRates,
+    admissions: AdmissionLedger,
+    last_tick: Option<Duration>,
     decisions: DecisionLog,
     distributions: Distributions,
 }
@@ -54,7 +59,11 @@ impl ControlLoop {
             controller: setup.controller,
             inbox,
             gpu,
-            admitted: AdmittedRates::default(),
+            admitted: CounterRates::default(),
+            offered: CounterRates::default(),
+            wasted: CounterRates::default(),
+            admissions: AdmissionLedger::default(),
+            last_tick: None,
             decisions: DecisionLog::new(DECISIONS_KEPT),
             distributions: Distributions::default(),
         }
@@ -75,6 +84,11 @@ impl ControlLoop {
 
     pub fn estimators(&self) -> &Estimators {
         &self.estimators
+    }
+
+    /// What job-level admission decided (the `admit` op writes here).
+    pub fn admissions(&self) -> &AdmissionLedger {
+        &self.admissions
     }
 
     pub fn decisions(&self) -> &DecisionLog {
@@ -120,6 +134,13 @@ impl ControlLoop {
     pub fn tick(&mut self, now: Duration, heartbeat_ns: u64) -> anyhow::Result<Vec<Decision>> {
         let pushed = self.inbox.drain();
         self.observe(now, &pushed);
+        let refused: Vec<ClassObservations> = self
+            .admissions
+            .take_refused_waits()
+            .into_iter()
+            .map(|(class, ms)| ClassObservations { class, observations: vec![Observation::QueueAge { ms, count: 1 }] })
+            .collect();
+        self.observe(now, &refused);
         let gpu = self.gpu.read().unwrap_or_else(|e| {
             warn!("reading GPU telemetry: {e:#}");
             Vec::new()
@@ -128,8 +149,14 @@ impl ControlLoop {
         // Marked connections were admitted too (degraded, but they take a worker).
         let admitted_now = snapshots.iter().map(|s| (s.name.clone(), s.counters.admitted + s.counters.marked));
         let admitted = self.admitted.update(now, admitted_now.collect());
+        let offered = self.offered.update(now, snapshots.iter().map(|s| (s.name.clone(), s.counters.seen)).collect());
+        let wasted = self.wasted.update(now, self.admissions.refused());
+        self.admissions.decay(self.last_tick.map_or(0.0, |t| now.saturating_sub(t).as_secs_f64()));
+        self.last_tick = Some(now);
         let estimates = self.estimators.estimate_all(now);
-        let decisions = self.controller.tick(now, &estimates, &gpu, &admitted);
+        let inputs =
+            TickInputs { estimates: &estimates, gpu: &gpu, admitted: &admitted, offered: &offered, wasted: &wasted };
+        let decisions = self.controller.tick(now, &inputs);
         if !decisions.is_empty() {
             self.publish_rates()?;
         }
@@ -159,27 +186,28 @@ fn milli(rate: f64) -> u64 {
     (rate * 1000.0).round() as u64
 }
 
-/// Admitted connections per second per class, from counter snapshots.
+/// Per-class rates (per second) of a growing counter, from its snapshots.
 #[derive(Default)]
-struct AdmittedRates {
+struct CounterRates {
     history: VecDeque<(Duration, BTreeMap<String, u64>)>,
 }
 
-impl AdmittedRates {
+impl CounterRates {
     /// Records a snapshot and returns the rates over about the last
-    /// [`ADMITTED_HORIZON`]; empty until half of it has been seen.
+    /// [`RATE_HORIZON`]; empty until half of it has been seen.
     fn update(&mut self, now: Duration, counts: BTreeMap<String, u64>) -> BTreeMap<String, f64> {
         self.history.push_back((now, counts));
-        while self.history.len() > 2 && now.saturating_sub(self.history[1].0) >= ADMITTED_HORIZON {
+        while self.history.len() > 2 && now.saturating_sub(self.history[1].0) >= RATE_HORIZON {
             self.history.pop_front();
         }
         let ((then, old), (_, new)) = (&self.history[0], &self.history[self.history.len() - 1]);
         let span = now.saturating_sub(*then).as_secs_f64();
-        if span < ADMITTED_HORIZON.as_secs_f64() / 2.0 {
+        if span < RATE_HORIZON.as_secs_f64() / 2.0 {
             return BTreeMap::new();
         }
+        // A class first counted since `then` started from zero.
         new.iter()
-            .filter_map(|(class, n)| old.get(class).map(|o| (class.clone(), n.saturating_sub(*o) as f64 / span)))
+            .map(|(class, n)| (class.clone(), n.saturating_sub(old.get(class).copied().unwrap_or(0)) as f64 / span))
             .collect()
     }
 }
@@ -194,7 +222,7 @@ mod tests {
 
     #[test]
     fn admitted_rate_is_measured_over_about_a_second() {
-        let mut rates = AdmittedRates::default();
+        let mut rates = CounterRates::default();
         assert!(rates.update(Duration::ZERO, counts(0)).is_empty());
         assert!(rates.update(Duration::from_millis(100), counts(10)).is_empty());
         let mut last = BTreeMap::new();

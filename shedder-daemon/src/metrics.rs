@@ -10,6 +10,7 @@
 //!   when scraped, by a job on the daemon's owner task ([`crate::daemon`]),
 //!   so a scrape sees one consistent moment.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use anyhow::Context as _;
@@ -165,6 +166,41 @@ fn float_gauge() -> Gauge<f64, AtomicU64> {
     Gauge::default()
 }
 
+/// The capacity model, wasted admissions and the sanity guard.
+fn register_model(registry: &mut Registry, control: &crate::control_loop::ControlLoop) {
+    let counter_family = |counts: BTreeMap<String, u64>| {
+        let family = Family::<ClassLabel, Counter>::default();
+        for (class, n) in counts {
+            family.get_or_create(&ClassLabel { class }).inc_by(n);
+        }
+        family
+    };
+    registry.register(
+        "shedder_wasted_admissions",
+        "Jobs admitted by the fast path, then refused by the admit op: refusals the NIC could have made",
+        counter_family(control.admissions().refused()),
+    );
+    let mut guard = control.admissions().guarded();
+    for (class, n) in control.controller().guard_trips() {
+        *guard.entry(class.clone()).or_default() += n;
+    }
+    registry.register(
+        "shedder_sanity_guard",
+        "Refusals the sanity guard stopped because the backend was idle (ticks of budgets, admit answers)",
+        counter_family(guard),
+    );
+    let plan = control.controller().capacity_plan();
+    let (capacity, effective) = (float_gauge(), float_gauge());
+    capacity.set(plan.capacity);
+    effective.set(plan.effective);
+    registry.register("shedder_capacity_worker_seconds", "The backend's capacity, worker-seconds per second", capacity);
+    registry.register(
+        "shedder_capacity_effective_worker_seconds",
+        "Capacity left for admission after the law's cuts, worker-seconds per second",
+        effective,
+    );
+}
+
 /// The whole exposition, read from the daemon at one moment.
 pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
     let control = daemon.control();
@@ -200,6 +236,7 @@ pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
     registry.register("shedder_budget_rate", "Each class's budget: new connections (tokens) per second", rate);
     registry.register("shedder_budget_tokens", "Tokens left in each class's bucket", tokens);
     registry.register("shedder_slack_seconds", "Deadline slack per controlled class at the last tick", slack);
+    register_model(&mut registry, control);
 
     let passed = Family::<ReasonLabel, Counter>::default();
     for (reason, n) in control.datapath().pass_counters()? {

@@ -1,5 +1,5 @@
-//! The controller against a synthetic trace on a simulated clock: the issue's
-//! step test. Jobs report at 30/s; at the onset, 35% of them take 1800 ms
+//! The controller against a synthetic trace on a simulated clock: a step
+//! test. Jobs report at 30/s; at the onset, 35% of them take 1800 ms
 //! (service p95 from ~120 ms to 1800 ms, 3 s deadline) and, as a real queue
 //! would, waits start to grow. The budget must be cut within one simulated
 //! second of the onset, and recover once the tail is removed.
@@ -10,7 +10,7 @@
 use std::{collections::BTreeMap, time::Duration};
 
 use shedder_daemon::{
-    control::{Action, Budget, ClassPolicy, ControlParams, Controller},
+    control::{Action, Budget, ClassPolicy, ControlParams, Controller, TickInputs, Tier},
     estimate::{EstimatorParams, Estimators},
     telemetry::{ClassObservations, Observation},
 };
@@ -44,9 +44,11 @@ fn jobs(t_ms: u64, tick: u64) -> Vec<(f64, f64)> {
 fn an_injected_tail_is_cut_within_a_second_and_recovers_after_removal() {
     let policy = ClassPolicy {
         deadline_ms: 3000.0,
-        safety_ms: 250.0,
+        safety_ms: None,
         budget: Budget::Adaptive { min_rate: 1.0, max_rate: MAX_RATE },
         opportunistic: false,
+        tier: Tier::Standard,
+        weight: 1.0,
     };
     let mut controller = Controller::new(ControlParams::default(), [(CLASS.to_string(), policy)].into()).unwrap();
     let mut estimators =
@@ -67,7 +69,15 @@ fn an_injected_tail_is_cut_within_a_second_and_recovers_after_removal() {
         let rate = controller.rate(CLASS).unwrap();
         // The class admits what arrives, up to its budget.
         let admitted = BTreeMap::from([(CLASS.to_string(), rate.min(30.0))]);
-        let decisions = controller.tick(now, &estimators.estimate_all(now), &[], &admitted);
+        let offered = BTreeMap::from([(CLASS.to_string(), 30.0)]);
+        let inputs = TickInputs {
+            estimates: &estimators.estimate_all(now),
+            gpu: &[],
+            admitted: &admitted,
+            offered: &offered,
+            wasted: &BTreeMap::new(),
+        };
+        let decisions = controller.tick(now, &inputs);
         if first_cut.is_none()
             && let Some(cut) = decisions.iter().find(|d| d.action == Action::Cut)
         {
@@ -93,7 +103,9 @@ fn an_injected_tail_is_cut_within_a_second_and_recovers_after_removal() {
     );
     assert!(cut_ms >= ONSET_MS, "no cut before the tail");
     assert!(delay <= 1000, "cut {delay} ms after the onset");
-    assert!(cut.slack.slack_ms < 0.0);
+    // Either the queue already shows it, or the capacity model sees the
+    // work offered exceed what the backend can do before the queue does.
+    assert!(cut.slack.slack_ms < 0.0 || cut.reason.contains("> available"), "{}", cut.reason);
     assert!(lowest >= 1.0, "the budget respects min_rate");
     let end_rate = rate_at[&(END_MS - TICK_MS)];
     assert!(end_rate >= 0.9 * MAX_RATE, "recovered to {end_rate:.1}/s after the tail was removed");

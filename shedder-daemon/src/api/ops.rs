@@ -13,7 +13,6 @@ use super::protocol::{
 use crate::{
     admit::{AdmitPolicy, AdmitRequest, QueueAge, admit},
     config::{Config, Plan},
-    control::slack::service_p95_ms,
     daemon::{ChangeError, Daemon},
     telemetry::samples::SampleError,
 };
@@ -137,9 +136,9 @@ pub fn set_class(config: &Config, patch: &SetClass) -> Result<Config, ApiError> 
 
 fn admit_op(daemon: &Daemon, request: &Admit) -> Result<Value, ApiError> {
     let bad = |m: String| ApiError::new(ErrorCode::BadRequest, m);
-    let Some(spec) = daemon.config().classes.iter().find(|c| c.name == request.class) else {
+    if !daemon.config().classes.iter().any(|c| c.name == request.class) {
         return Err(bad(format!("admit: no class is named {:?}", request.class)));
-    };
+    }
     let queue_age = match (request.queue_age_ms, request.queued_at_ms) {
         (Some(age), None) => QueueAge::AgeMs(age),
         (None, Some(at)) => QueueAge::QueuedAtMs(at),
@@ -157,32 +156,51 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<Value, ApiError> {
             return Err(bad(format!("admit.{name}: {v} is not a finite number")));
         }
     }
-    let policy = request.policy.clone().unwrap_or_else(|| AdmitPolicy {
-        safety_ms: spec.safety_ms.unwrap_or(250.0),
-        ..AdmitPolicy::with_max_queue_age(DEFAULT_MAX_QUEUE_AGE_MS)
-    });
+    let attempt = request.attempt.unwrap_or(1);
+    if attempt == 0 {
+        return Err(bad("admit.attempt: 0; the first attempt is 1".into()));
+    }
+    let policy = request.policy.clone().unwrap_or_else(|| AdmitPolicy::with_max_queue_age(DEFAULT_MAX_QUEUE_AGE_MS));
     policy.validate().map_err(bad)?;
-    let estimate =
-        daemon.control().estimators().estimate(&request.class, daemon.now()).ok_or_else(|| {
-            ApiError::new(ErrorCode::Unavailable, format!("no estimate for class {:?}", request.class))
-        })?;
+    let control = daemon.control();
+    let Some(view) = control.controller().view(&request.class) else {
+        return Err(ApiError::new(
+            ErrorCode::Unavailable,
+            format!("class {:?} has no deadline_ms, or the controller has not ticked yet", request.class),
+        ));
+    };
     let admit_request = AdmitRequest {
         deadline_ms: request.deadline_ms,
         queue_age,
         now_ms: request.now_ms,
-        service_p95_ms: service_p95_ms(&estimate),
+        attempt,
+        hedge: request.hedge,
     };
-    let decision = admit(&admit_request, &policy, &mut rand::rngs::SmallRng::from_rng(&mut rand::rng()));
-    daemon.control().distributions().observe_admission(&request.class, decision.slack_ms, decision.verdict.as_str());
+    let ledger = control.admissions();
+    let decision = admit(
+        &admit_request,
+        view,
+        &policy,
+        ledger.retry_share(&request.class),
+        control.controller().params().retry_share_max,
+        &mut rand::rngs::SmallRng::from_rng(&mut rand::rng()),
+    );
+    ledger.record(&request.class, &decision, attempt > 1 || request.hedge);
+    control.distributions().observe_admission(&request.class, decision.slack_ms, decision.verdict.as_str());
     Ok(ok(json!({
         "verdict": decision.verdict,
+        "status": decision.verdict.http_status(),
+        "reason": decision.reason,
+        "p_on_time": finite(decision.p_on_time),
+        "threshold": finite(decision.threshold),
+        "guarded": decision.guarded,
         "slack_ms": finite(decision.slack_ms),
         "queue_age_ms": finite(decision.queue_age_ms),
         "retry_after_ms": decision.retry_after_ms,
         "retry_after_s": decision.retry_after_secs(),
-        "service_p95_ms": finite(admit_request.service_p95_ms),
-        "service_source": estimate.service.source,
-        "estimator_version": estimate.estimator_version,
+        "service_p95_ms": finite(view.slack.service_p95_ms),
+        "service_source": view.slack.service_source,
+        "estimator_version": view.slack.estimator_version,
     })))
 }
 

@@ -247,8 +247,15 @@ pub struct Admit {
     pub queue_age_ms: Option<f64>,
     #[serde(default)]
     pub queued_at_ms: Option<f64>,
-    /// The knobs; by default the class's `safety_ms` (else 250) and a
-    /// stale limit of [`DEFAULT_MAX_QUEUE_AGE_MS`].
+    /// Which try this is (1, the default, is the first): retries are shed
+    /// before first attempts.
+    #[serde(default)]
+    pub attempt: Option<u32>,
+    /// A speculative duplicate of a job already running elsewhere.
+    #[serde(default)]
+    pub hedge: bool,
+    /// The knobs; by default the class's margin and a stale limit of
+    /// [`DEFAULT_MAX_QUEUE_AGE_MS`].
     #[serde(default)]
     pub policy: Option<AdmitPolicy>,
 }

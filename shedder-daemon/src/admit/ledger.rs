@@ -1,0 +1,140 @@
+//! What job-level admission decided, per class: the refusals (each one a
+//! connection the fast path let in for nothing: a *wasted admission*) and
+//! the recent share of admitted jobs that were retries or hedges.
+//!
+//! A refused job also waited: its queue age goes to the estimators like
+//! any other (a queue-age p95 of started jobs alone would hide exactly the
+//! waits that were too long).
+//!
+//! The `admit` op writes here (through `&self`: it runs between ticks, one
+//! op at a time); the control loop reads the refusal counts each tick to
+//! turn them into rates, takes the refused jobs' waits, and decays the
+//! retry share.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, PoisonError};
+
+use super::{AdmitDecision, Verdict};
+
+/// How long the retry share remembers, s (an exponential time constant).
+pub const RETRY_SHARE_TIME_CONSTANT_S: f64 = 10.0;
+
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+struct ClassLedger {
+    /// Refusals since the daemon started.
+    refused: u64,
+    /// Admissions guarded by the sanity guard since the start.
+    guarded: u64,
+    /// Decayed counts of admitted first attempts and of retries/hedges.
+    first: f64,
+    repeat: f64,
+}
+
+/// Refused jobs' waits kept between ticks at most; beyond, the oldest go.
+const MAX_REFUSED_WAITS: usize = 65_536;
+
+#[derive(Debug, Default)]
+pub struct AdmissionLedger {
+    classes: Mutex<BTreeMap<String, ClassLedger>>,
+    refused_waits: Mutex<Vec<(String, f64)>>,
+}
+
+impl AdmissionLedger {
+    fn classes(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, ClassLedger>> {
+        self.classes.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// One answer of the `admit` op.
+    pub fn record(&self, class: &str, decision: &AdmitDecision, repeat: bool) {
+        let mut classes = self.classes();
+        let c = classes.entry(class.to_string()).or_default();
+        match decision.verdict {
+            Verdict::Admit if repeat => c.repeat += 1.0,
+            Verdict::Admit => c.first += 1.0,
+            _ => c.refused += 1,
+        }
+        c.guarded += u64::from(decision.guarded);
+        drop(classes);
+        if decision.verdict != Verdict::Admit && decision.queue_age_ms.is_finite() && decision.queue_age_ms >= 0.0 {
+            let mut waits = self.refused_waits.lock().unwrap_or_else(PoisonError::into_inner);
+            if waits.len() < MAX_REFUSED_WAITS {
+                waits.push((class.to_string(), decision.queue_age_ms));
+            }
+        }
+    }
+
+    /// The waits of jobs refused since the last call: (class, ms).
+    pub fn take_refused_waits(&self) -> Vec<(String, f64)> {
+        std::mem::take(&mut *self.refused_waits.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// The share of recently admitted jobs that were retries or hedges.
+    pub fn retry_share(&self, class: &str) -> f64 {
+        self.classes().get(class).map_or(0.0, |c| {
+            let total = c.first + c.repeat;
+            if total > 0.0 { c.repeat / total } else { 0.0 }
+        })
+    }
+
+    /// Ages the retry share by `dt_s`.
+    pub fn decay(&self, dt_s: f64) {
+        let keep = (-dt_s.max(0.0) / RETRY_SHARE_TIME_CONSTANT_S).exp();
+        for c in self.classes().values_mut() {
+            c.first *= keep;
+            c.repeat *= keep;
+        }
+    }
+
+    /// Refusals per class since the start (for rates and `/metrics`).
+    pub fn refused(&self) -> BTreeMap<String, u64> {
+        self.classes().iter().map(|(k, c)| (k.clone(), c.refused)).collect()
+    }
+
+    /// Sanity-guarded admissions per class since the start.
+    pub fn guarded(&self) -> BTreeMap<String, u64> {
+        self.classes().iter().map(|(k, c)| (k.clone(), c.guarded)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn decision(verdict: Verdict, guarded: bool) -> AdmitDecision {
+        AdmitDecision {
+            verdict,
+            slack_ms: 0.0,
+            p_on_time: 1.0,
+            threshold: 0.95,
+            queue_age_ms: 0.0,
+            retry_after_ms: None,
+            guarded,
+            reason: String::new(),
+        }
+    }
+
+    #[test]
+    fn refusals_count_and_the_retry_share_decays() {
+        let l = AdmissionLedger::default();
+        for _ in 0..9 {
+            l.record("chat", &decision(Verdict::Admit, false), false);
+        }
+        l.record("chat", &decision(Verdict::Admit, true), true);
+        l.record("chat", &decision(Verdict::RejectDeadline, false), false);
+        l.record("chat", &decision(Verdict::RejectBudget, false), true);
+        assert!((l.retry_share("chat") - 0.1).abs() < 1e-12);
+        assert_eq!(l.refused()["chat"], 2);
+        assert_eq!(l.guarded()["chat"], 1);
+        assert_eq!(l.take_refused_waits(), vec![("chat".to_string(), 0.0), ("chat".to_string(), 0.0)]);
+        assert!(l.take_refused_waits().is_empty());
+        assert_eq!(l.retry_share("other"), 0.0);
+        // Decay keeps the share, and later first attempts dilute it.
+        l.decay(10.0);
+        assert!((l.retry_share("chat") - 0.1).abs() < 1e-12);
+        for _ in 0..10 {
+            l.record("chat", &decision(Verdict::Admit, false), false);
+        }
+        let share = l.retry_share("chat");
+        assert!(share < 0.05 && share > 0.02, "{share}");
+    }
+}

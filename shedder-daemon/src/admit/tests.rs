@@ -1,0 +1,170 @@
+use rand::SeedableRng;
+use rand::rngs::SmallRng;
+
+use super::*;
+use crate::control::{Budget, ClassPolicy, ControlParams, Tier, slack};
+use crate::service_curve::ServiceCurve;
+
+const T0: f64 = 33_120_000.0;
+
+/// A class with a 3 s deadline and a 100 ms margin, served by `curve`.
+fn view(curve: ServiceCurve, idle: bool, pressure: bool) -> ClassView {
+    let policy = ClassPolicy {
+        deadline_ms: 3_000.0,
+        safety_ms: Some(100.0),
+        budget: Budget::Adaptive { min_rate: 1.0, max_rate: 40.0 },
+        opportunistic: false,
+        tier: Tier::Standard,
+        weight: 1.0,
+    };
+    let mut s = slack(&policy, None, &ControlParams::default());
+    s.best_chance = curve.p_within(2_900.0);
+    s.threshold = 0.95 * s.best_chance;
+    s.service_term_ms = curve.quantile(s.threshold);
+    s.queue_term_ms = 1_500.0;
+    ClassView { tier: Tier::Standard, curve, slack: s, pressure, idle, allocation: None, budget: 40.0 }
+}
+
+fn request(age_ms: f64) -> AdmitRequest {
+    AdmitRequest {
+        deadline_ms: T0 + 3_000.0,
+        queue_age: QueueAge::QueuedAtMs(T0),
+        now_ms: T0 + age_ms,
+        attempt: 1,
+        hedge: false,
+    }
+}
+
+#[test]
+fn verdicts_follow_the_chance_of_finishing_in_time() {
+    // 120 ms median, 400 ms p95: the reference interactive class.
+    let short = ServiceCurve::lognormal(Some(120.0), 400.0);
+    // Three quarters of jobs take 100 ms, the rest 4 s: a p95 past the deadline.
+    let mut sketch = sketches_ddsketch::DDSketch::new(sketches_ddsketch::Config::new(0.01, 2048, 1e-9));
+    sketch.add_with_count(100.0, 75);
+    sketch.add_with_count(4_000.0, 25);
+    let long_tail = ServiceCurve::of_sketch(&sketch).unwrap();
+    let policy = AdmitPolicy::with_max_queue_age(10_000.0);
+    let rows: Vec<(&str, ClassView, AdmitRequest, Verdict, Option<u16>)> = vec![
+        ("fresh job, short service", view(short.clone(), false, false), request(0.0), Verdict::Admit, None),
+        ("waited 2 s of 3", view(short.clone(), false, false), request(2_000.0), Verdict::Admit, None),
+        ("waited 2.7 s of 3", view(short.clone(), false, false), request(2_700.0), Verdict::RejectDeadline, Some(503)),
+        ("past its deadline", view(short.clone(), false, false), request(3_500.0), Verdict::RejectDeadline, Some(503)),
+        ("idle backend keeps a late job", view(short.clone(), true, false), request(2_700.0), Verdict::Admit, None),
+        (
+            "idle backend, no chance at all",
+            view(short.clone(), true, false),
+            request(3_500.0),
+            Verdict::RejectDeadline,
+            Some(503),
+        ),
+        (
+            "a p95 past the deadline still admits the fresh job",
+            view(long_tail.clone(), false, false),
+            request(0.0),
+            Verdict::Admit,
+            None,
+        ),
+        ("…and one that waited 1 s", view(long_tail.clone(), false, false), request(1_000.0), Verdict::Admit, None),
+        (
+            "…but not one with 50 ms left",
+            view(long_tail, false, false),
+            request(2_850.0),
+            Verdict::RejectDeadline,
+            Some(503),
+        ),
+        (
+            "a retry while capacity is short",
+            view(short.clone(), false, true),
+            AdmitRequest { attempt: 2, ..request(0.0) },
+            Verdict::RejectRetry,
+            Some(503),
+        ),
+        (
+            "a hedge while capacity is short",
+            view(short.clone(), false, true),
+            AdmitRequest { hedge: true, ..request(0.0) },
+            Verdict::RejectRetry,
+            Some(503),
+        ),
+        (
+            "a first attempt while capacity is short",
+            view(short.clone(), false, true),
+            request(0.0),
+            Verdict::Admit,
+            None,
+        ),
+        (
+            "stale",
+            view(short.clone(), false, false),
+            AdmitRequest { queue_age: QueueAge::AgeMs(20_000.0), ..request(0.0) },
+            Verdict::RejectStale,
+            Some(503),
+        ),
+    ];
+    let mut rng = SmallRng::seed_from_u64(1);
+    for (what, view, request, verdict, status) in rows {
+        let d = admit(&request, &view, &policy, 0.0, 0.1, &mut rng);
+        assert_eq!(d.verdict, verdict, "{what}: {d:?}");
+        assert_eq!(d.verdict.http_status(), status, "{what}");
+        assert_eq!(d.retry_after_ms.is_some(), verdict != Verdict::Admit, "{what}");
+        assert!(!d.reason.is_empty(), "{what}");
+    }
+}
+
+#[test]
+fn retries_and_hedges_keep_to_their_share() {
+    let v = view(ServiceCurve::lognormal(Some(120.0), 400.0), false, false);
+    let policy = AdmitPolicy { jitter: 0.0, ..AdmitPolicy::with_max_queue_age(10_000.0) };
+    let mut rng = SmallRng::seed_from_u64(2);
+    let retry = AdmitRequest { attempt: 3, ..request(0.0) };
+    assert_eq!(admit(&retry, &v, &policy, 0.05, 0.1, &mut rng).verdict, Verdict::Admit);
+    let over = admit(&retry, &v, &policy, 0.10, 0.1, &mut rng);
+    assert_eq!((over.verdict, over.verdict.http_status()), (Verdict::RejectBudget, Some(429)));
+    assert!(over.reason.contains("retries are 10% of admitted jobs, over their 10% share"), "{}", over.reason);
+    // 429 says "soon": the shortest hint.
+    assert_eq!(over.retry_after_ms, Some(policy.retry_after_min_ms));
+    // First attempts are never held to it.
+    assert_eq!(admit(&request(0.0), &v, &policy, 0.9, 0.1, &mut rng).verdict, Verdict::Admit);
+}
+
+#[test]
+fn retry_after_is_the_drain_time_bounded_and_jittered() {
+    let v = view(ServiceCurve::lognormal(Some(120.0), 400.0), false, false);
+    let p = AdmitPolicy::with_max_queue_age(10_000.0);
+    let late = request(2_800.0);
+    let mut rng = SmallRng::seed_from_u64(42);
+    let (mut lo, mut hi) = (u64::MAX, 0);
+    for _ in 0..10_000 {
+        let ms = admit(&late, &v, &p, 0.0, 0.1, &mut rng).retry_after_ms.unwrap();
+        // The queue drains in 1500 ms: ±20%.
+        assert!((1_200..=1_800).contains(&ms), "{ms}");
+        lo = lo.min(ms);
+        hi = hi.max(ms);
+    }
+    assert!(lo < 1_300 && hi > 1_700, "the jitter spreads: {lo}..{hi}");
+    // Bounded: a drain far beyond the maximum is clamped.
+    let mut far = v.clone();
+    far.slack.queue_term_ms = 1e9;
+    let ms = admit(&late, &far, &p, 0.0, 0.1, &mut rng).retry_after_ms.unwrap();
+    assert!((24_000..=30_000).contains(&ms), "{ms}");
+    // Same seed, same hints.
+    let hints = |seed| {
+        let mut r = SmallRng::seed_from_u64(seed);
+        (0..5).map(|_| admit(&late, &v, &p, 0.0, 0.1, &mut r).retry_after_ms).collect::<Vec<_>>()
+    };
+    assert_eq!(hints(9), hints(9));
+}
+
+#[test]
+fn policy_validation_and_strict_config() {
+    let policy = AdmitPolicy::with_max_queue_age(10_000.0);
+    assert!(policy.validate().is_ok());
+    let bad = AdmitPolicy { retry_after_min_ms: 5, retry_after_max_ms: 4, ..policy.clone() };
+    assert!(bad.validate().unwrap_err().contains("retry_after_min_ms"));
+    assert!(AdmitPolicy { jitter: 1.0, ..policy.clone() }.validate().unwrap_err().contains("jitter"));
+    assert!(AdmitPolicy { safety_ms: Some(f64::NAN), ..policy.clone() }.validate().unwrap_err().contains("safety_ms"));
+    let p: AdmitPolicy = toml::from_str("max_queue_age_ms = 10000").unwrap();
+    assert_eq!(p, policy);
+    assert!(toml::from_str::<AdmitPolicy>("max_queue_age_ms = 5000\nsafety = 1").is_err());
+}
