@@ -119,7 +119,11 @@ impl Distributions {
                 Observation::Retry { count } => {
                     self.retries.get_or_create(&class).inc_by(*count);
                 }
-                Observation::QueueDepth(_) | Observation::KvCacheUsage(_) => {}
+                Observation::QueueDepth(_)
+                | Observation::KvCacheUsage(_)
+                | Observation::Running(_)
+                | Observation::PredictedQueueAge { .. }
+                | Observation::GaugesFrozen(_) => {}
             }
         }
     }
