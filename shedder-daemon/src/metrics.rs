@@ -52,6 +52,12 @@ struct OutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MissingLabel {
+    target: String,
+    family: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: &'static str,
 }
@@ -222,6 +228,16 @@ pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
     }
     registry.register("shedder_gpu_utilization_ratio", "Busiest GPU's utilisation, 0..1 (NaN without NVML)", util);
     registry.register("shedder_gpu_memory_used_ratio", "Fullest GPU's memory used, 0..1 (NaN without NVML)", memory);
+
+    let missing = Family::<MissingLabel, Gauge>::default();
+    for (target, family) in crate::telemetry::scrape::missing_families() {
+        missing.get_or_create(&MissingLabel { target, family }).set(1);
+    }
+    registry.register(
+        "shedder_scrape_missing",
+        "Metric families a scraped target should expose and lacks (1 per family)",
+        missing,
+    );
 
     let (estimator, config) = (Gauge::<i64>::default(), Gauge::<i64>::default());
     estimator.set(control.estimators().version() as i64);
