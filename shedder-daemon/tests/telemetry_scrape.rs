@@ -17,7 +17,7 @@ use std::{
 use shedder_daemon::telemetry::{
     ClassObservations,
     Observation::{self, GaugesFrozen, KvCacheUsage, PredictedQueueAge, QueueDepth, Running},
-    scrape::{Exporter, ScrapeTarget, Scraper, TargetState},
+    scrape::{Exporter, ScrapeTarget, Scraper, TargetState, missing_families},
 };
 
 fn fixture(name: &str) -> String {
@@ -144,6 +144,37 @@ fn vllm_interval_counts_match_the_exporters_own_totals() {
     let served = counted(|o| if let Observation::Service { count, .. } = o { Some(*count) } else { None });
     assert_eq!(grown, 27.0);
     assert_eq!((queued, served), (27, 27));
+}
+
+#[test]
+fn a_vllm_that_stops_stepping_with_a_queue_shows_frozen_gauges() {
+    // After `vllm_2.prom` the server prints the same exposition again and
+    // again: 4 waiting, 14 running, but no request finishes and no token is
+    // processed, so no engine step ran to refresh those gauges.
+    let mut state = TargetState::new(vllm_target("http://127.0.0.1:8000/metrics")).unwrap();
+    state.ingest(&fixture("vllm_1.prom"), at(0)).unwrap();
+    state.ingest(&fixture("vllm_2.prom"), at(1)).unwrap();
+    let live = |observations: &[ClassObservations]| -> Vec<Observation> {
+        observations[0]
+            .observations
+            .iter()
+            .filter(|o| matches!(o, PredictedQueueAge { .. } | GaugesFrozen(_)))
+            .cloned()
+            .collect()
+    };
+    // One still interval is a suspicion; two make the gauges frozen. With
+    // nothing finished over the last 5 s (the throughput's horizon), the
+    // drain rate is at most one request per 5 s: 4 waiting is 20 s.
+    assert_eq!(
+        live(&state.ingest(&fixture("vllm_2.prom"), at(2)).unwrap()),
+        vec![PredictedQueueAge { ms: little_ms(4.0, 5.0, 1.0) }, GaugesFrozen(false)]
+    );
+    assert_eq!(
+        live(&state.ingest(&fixture("vllm_2.prom"), at(3)).unwrap()),
+        vec![PredictedQueueAge { ms: little_ms(4.0, 5.0, 1.0) }, GaugesFrozen(true)]
+    );
+    // The server steps again (a restart here): fresh.
+    assert_eq!(live(&state.ingest(&fixture("vllm_3_restarted.prom"), at(4)).unwrap())[1], GaugesFrozen(false));
 }
 
 #[test]
@@ -516,6 +547,8 @@ fn scraping_a_real_endpoint_over_http() {
     assert!(error.contains("503"), "{error}");
     assert_eq!(scraper.scrape().unwrap(), second);
     assert_eq!(scraper.scrape().unwrap(), third);
+    // A complete vLLM exposition: nothing reported missing for it.
+    assert!(missing_families().iter().all(|(target, _)| *target != server.url));
     server.join();
 }
 
