@@ -291,7 +291,9 @@ impl TargetState {
             let interval = classes.entry(class.clone()).or_default();
             let series = |family: &str| exposition.get(family).and_then(|models| models.get(model));
             match kind {
-                Exporter::Vllm => vllm::reduce(series, &mut deltas, interval, url),
+                Exporter::Vllm => {
+                    vllm::reduce(series, &mut deltas, interval, url);
+                }
                 Exporter::Sglang => sglang::reduce(series, &mut deltas, interval, url),
                 Exporter::Triton => triton::reduce(series, &mut deltas, interval, url),
             }

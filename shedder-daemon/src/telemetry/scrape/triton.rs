@@ -66,7 +66,11 @@ pub(super) const NEEDS: &[Need] = &[
         any_of: &[COMPUTE_US],
         lacking: "no compute-duration counter (latency counters disabled: --metrics-config counter_latencies=false?)",
     },
-    Need { family: PENDING, any_of: &[PENDING], lacking: "no pending-requests gauge (Triton before 23.x?)" },
+    Need {
+        family: PENDING,
+        any_of: &[PENDING],
+        lacking: "no pending-requests gauge (older Triton): no live queue estimate",
+    },
 ];
 
 /// What one Triton model contributes to its class for the interval.
@@ -76,13 +80,10 @@ pub(super) fn reduce<'e>(
     interval: &mut ClassInterval,
     url: &str,
 ) {
+    let engine = vllm::FAMILIES.iter().any(|family| series(family.name).is_some());
+    let engine_counted = engine && vllm::reduce(series, deltas, interval, url);
     let engine_times = series(vllm::QUEUE).is_some() || series(vllm::E2E).is_some();
-    let finished_before = interval.finished;
-    if engine_times {
-        vllm::reduce(series, deltas, interval, url);
-    }
-    let engine_finished = interval.finished != finished_before;
-    native(series, deltas, interval, !engine_times, !engine_finished);
+    native(series, deltas, interval, !engine_times, !engine_counted);
     trt_llm(series, interval);
 }
 

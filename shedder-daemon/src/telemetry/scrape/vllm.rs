@@ -39,7 +39,11 @@ pub(super) const FAMILIES: &[Family] = &[
 ];
 
 pub(super) const NEEDS: &[Need] = &[
-    Need { family: QUEUE, any_of: &[QUEUE], lacking: "no queue-time histogram (vLLM before 0.6?)" },
+    Need {
+        family: QUEUE,
+        any_of: &[QUEUE],
+        lacking: "no queue-time histogram (older vLLM): queue age from the live estimate alone",
+    },
     Need { family: INFERENCE, any_of: &[INFERENCE, E2E], lacking: "no service-time histogram" },
     Need { family: WAITING, any_of: &[WAITING], lacking: "no waiting-requests gauge" },
     Need { family: RUNNING, any_of: &[RUNNING], lacking: "no running-requests gauge" },
@@ -54,12 +58,14 @@ pub(super) const NEEDS: &[Need] = &[
 /// * Finished requests from `SUCCESS` (every `finished_reason`), else from
 ///   the end-to-end histogram's count.
 /// * Progress when a token counter moved.
+///
+/// Returns whether it counted finished requests.
 pub(super) fn reduce<'e>(
     series: impl Fn(&str) -> Option<&'e ModelSeries>,
     deltas: &mut Deltas,
     interval: &mut ClassInterval,
     url: &str,
-) {
+) -> bool {
     // Every family's state is kept, so a switch of service source (an
     // upgrade) has a baseline ready.
     let (queue, _) = histogram_growth(QUEUE, series(QUEUE), deltas);
@@ -73,6 +79,7 @@ pub(super) fn reduce<'e>(
     if let Some(finished) = finished {
         interval.add_finished(finished);
     }
+    let counted = finished.is_some();
     let tokens = [GENERATION_TOKENS, PROMPT_TOKENS].map(|family| counter_growth(family, series(family), deltas));
     if tokens.iter().any(Option::is_some) {
         interval.note_progress(tokens.iter().flatten().any(|grown| *grown > 0.0));
@@ -93,4 +100,5 @@ pub(super) fn reduce<'e>(
         }
         interval.note_kv_cache(usage);
     }
+    counted
 }
