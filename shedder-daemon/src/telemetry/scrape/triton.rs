@@ -66,11 +66,7 @@ pub(super) const NEEDS: &[Need] = &[
         any_of: &[COMPUTE_US],
         lacking: "no compute-duration counter (latency counters disabled: --metrics-config counter_latencies=false?)",
     },
-    Need {
-        family: PENDING,
-        any_of: &[PENDING],
-        lacking: "no pending-requests gauge (older Triton): no live queue estimate",
-    },
+    Need { family: PENDING, any_of: &[PENDING], lacking: "no pending-requests gauge (older Triton)" },
 ];
 
 /// What one Triton model contributes to its class for the interval.
