@@ -15,6 +15,8 @@ pub mod gpu;
 pub mod live_queue;
 pub mod samples;
 pub mod scrape;
+#[cfg(test)]
+pub(crate) mod test_logs;
 
 /// One thing learnt about a class. `count` lets a histogram bucket stand for
 /// many jobs at once without expanding it.

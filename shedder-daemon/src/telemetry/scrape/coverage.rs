@@ -79,6 +79,27 @@ pub fn missing_families() -> Vec<(String, &'static str)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::telemetry::{scrape::triton, test_logs::captured_logs};
+
+    #[test]
+    fn a_change_of_what_is_missing_is_said_once() {
+        let url = "http://127.0.0.1:8002/metrics";
+        let none = BTreeSet::new();
+        let latencies = BTreeSet::from([triton::QUEUE_US, triton::COMPUTE_US]);
+        let all: BTreeSet<_> = triton::NEEDS.iter().map(|need| need.family).collect();
+        let log = |before: &BTreeSet<&'static str>, now: &BTreeSet<&'static str>| {
+            captured_logs(|| log_change(url, "triton", triton::NEEDS, before, now))
+        };
+        let lines = log(&none, &latencies);
+        assert_eq!(lines.lines().count(), 1, "{lines}");
+        assert!(lines.contains("WARN") && lines.contains("counter_latencies=false"), "{lines}");
+        assert!(lines.contains("nv_inference_queue_duration_us") && lines.contains(url), "{lines}");
+        assert_eq!(log(&latencies, &latencies), "", "unchanged: nothing more");
+        let lines = log(&latencies, &all);
+        assert!(lines.contains("exposes none of the metric families"), "{lines}");
+        let lines = log(&all, &none);
+        assert!(lines.contains("INFO") && lines.contains("every expected metric family"), "{lines}");
+    }
 
     #[test]
     fn published_gaps_are_listed_until_filled() {
