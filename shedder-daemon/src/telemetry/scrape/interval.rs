@@ -1,6 +1,8 @@
 //! What one scrape contributes to a class, summed over its models and their
 //! series, before it becomes observations.
 
+use tracing::warn;
+
 use super::{
     delta::Deltas,
     exposition::{ModelSeries, Reading},
@@ -94,4 +96,17 @@ pub(super) fn histogram_growth(
 /// noise at 1 is tolerated).
 pub(super) fn plausible_fraction(usage: f64) -> bool {
     (0.0..=1.0 + 1e-9).contains(&usage)
+}
+
+/// A KV-cache usage gauge's series into the class; values outside 0..=1
+/// are warned about and ignored.
+pub(super) fn note_kv_gauge(family: &str, series: Option<&ModelSeries>, interval: &mut ClassInterval, url: &str) {
+    for (labels, reading) in series.into_iter().flatten() {
+        let Reading::Scalar(usage) = *reading else { continue };
+        if !plausible_fraction(usage) {
+            warn!(url, family, ?labels, usage, "KV-cache usage outside 0..=1, ignored");
+            continue;
+        }
+        interval.note_kv_cache(usage);
+    }
 }

@@ -13,13 +13,11 @@
 
 use std::collections::BTreeMap;
 
-use tracing::warn;
-
 use super::{
     Need,
     delta::Deltas,
     exposition::{Family, LabelSet, ModelSeries, Reading, label},
-    interval::{ClassInterval, counter_growth, gauge_sum, histogram_growth, plausible_fraction},
+    interval::{ClassInterval, counter_growth, gauge_sum, histogram_growth, note_kv_gauge},
 };
 
 pub(super) const QUEUE: &str = "sglang:queue_time_seconds";
@@ -94,14 +92,7 @@ pub(super) fn reduce<'e>(
     if let Some(running) = gauge_sum(one_per_replica(series(RUNNING)).as_ref()) {
         interval.add_running(running);
     }
-    for (labels, reading) in series(TOKEN_USAGE).into_iter().flatten() {
-        let Reading::Scalar(usage) = *reading else { continue };
-        if !plausible_fraction(usage) {
-            warn!(url, family = TOKEN_USAGE, ?labels, usage, "KV-cache usage outside 0..=1, ignored");
-            continue;
-        }
-        interval.note_kv_cache(usage);
-    }
+    note_kv_gauge(TOKEN_USAGE, series(TOKEN_USAGE), interval, url);
 }
 
 #[cfg(test)]

@@ -2,13 +2,11 @@
 //! `engine` labels) and as Triton's vLLM backend reports them (`model` and
 //! `version`): the reduction is the same, whatever the labels.
 
-use tracing::warn;
-
 use super::{
     Need,
     delta::Deltas,
-    exposition::{Family, ModelSeries, Reading},
-    interval::{ClassInterval, counter_growth, gauge_sum, histogram_growth, plausible_fraction},
+    exposition::{Family, ModelSeries},
+    interval::{ClassInterval, counter_growth, gauge_sum, histogram_growth, note_kv_gauge},
 };
 
 pub(super) const QUEUE: &str = "vllm:request_queue_time_seconds";
@@ -92,13 +90,6 @@ pub(super) fn reduce<'e>(
         interval.add_running(running);
     }
     let kv_family = if series(KV_CACHE).is_some() { KV_CACHE } else { GPU_CACHE };
-    for (labels, reading) in series(kv_family).into_iter().flatten() {
-        let Reading::Scalar(usage) = *reading else { continue };
-        if !plausible_fraction(usage) {
-            warn!(url, family = kv_family, ?labels, usage, "KV-cache usage outside 0..=1, ignored");
-            continue;
-        }
-        interval.note_kv_cache(usage);
-    }
+    note_kv_gauge(kv_family, series(kv_family), interval, url);
     counted
 }
