@@ -6,16 +6,22 @@
 //!
 //! * its **gauges look frozen**: vLLM refreshes its waiting and running
 //!   gauges on engine steps only, and after a mass abort they can stay high
-//!   with nothing behind them. The waiting and running gauges of a class are
-//!   suspect over an interval when they claim a queue (waiting > 0) and
-//!   - they did not change while the counters say work happened (requests
-//!     finished, or tokens were processed), or
-//!   - the engine's token counters did not move at all (no engine step ran,
-//!     so nothing refreshed the gauges; only exporters with token counters).
+//!   with nothing behind them. Over one interval, a class's gauges are
+//!   suspect when
+//!   - the exporter counts engine progress (vLLM's token counters) and the
+//!     gauges claim work (waiting or running > 0) while no token was
+//!     processed: no step ran, so nothing refreshed them (aborts may still
+//!     have been counted). Tokens moving mean fresh gauges, even unchanged
+//!     ones (a saturated closed loop holds them steady);
+//!   - the exporter has no such counter (SGLang, Triton): the gauges claim a
+//!     queue (waiting > 0) and did not change while requests finished.
 //!
-//!   [`FROZEN_AFTER`] suspect intervals in a row make them frozen; a change
-//!   of the gauges clears it. (A queue of zero that never moves is not
-//!   flagged: steady light load looks exactly like that.)
+//!   [`FROZEN_AFTER`] suspect intervals in a row make them frozen; fresh
+//!   evidence clears it (tokens moving; without token counters, a change of
+//!   the gauges or an empty queue). (A queue of zero that never moves is not
+//!   flagged: steady light load looks exactly like that; and without token
+//!   counters a saturated closed loop that holds both gauges exactly steady
+//!   looks frozen.)
 //! * or the **scrape is old**: the newest scrape that read the class's live
 //!   gauges is older than the controller's allowance (N ticks; the
 //!   controller owns N), because scrapes fail or hang.
@@ -73,11 +79,21 @@ impl GaugeWatch {
         let gauges = (reading.waiting, reading.running);
         let unchanged = self.previous == Some(gauges);
         let claims_a_queue = reading.waiting > 0.0;
-        let work = reading.finished.is_some_and(|n| n > 0.0) || reading.progressed == Some(true);
-        let no_step = reading.progressed == Some(false) && reading.finished.is_none_or(|n| n == 0.0);
-        if claims_a_queue && ((unchanged && work) || no_step) {
+        let (suspect, fresh) = match reading.progressed {
+            // Steps refresh the gauges, and token counters say whether any ran.
+            Some(progressed) => {
+                let claims_work = claims_a_queue || reading.running.is_some_and(|running| running > 0.0);
+                let fresh = !claims_work || progressed;
+                (!fresh, fresh)
+            }
+            None => {
+                let finished = reading.finished.is_some_and(|n| n > 0.0);
+                (claims_a_queue && unchanged && finished, !claims_a_queue || !unchanged)
+            }
+        };
+        if suspect {
             self.suspect += 1;
-        } else if !unchanged || !claims_a_queue {
+        } else if fresh {
             self.suspect = 0;
         }
         self.previous = Some(gauges);
@@ -119,16 +135,17 @@ mod tests {
     #[test]
     fn frozen_gauges_are_flagged_after_two_suspect_intervals() {
         let moving = [reading(30.0, 8.0, 12.0, Some(true)), reading(26.0, 8.0, 11.0, Some(true))];
-        let cases: [(&str, Vec<GaugeReading>, Vec<bool>); 6] = [
+        let no_counter = |waiting, running, finished| reading(waiting, running, finished, None);
+        let cases: [(&str, Vec<GaugeReading>, Vec<bool>); 8] = [
             ("gauges that move with the work are fresh", moving.repeat(3), vec![false; 6]),
             (
-                "unchanged while requests finish: frozen from the second such interval",
-                vec![reading(200.0, 8.0, 5.0, Some(true)); 4],
-                vec![false, false, true, true],
+                "a saturated closed loop holds them steady, but tokens move: fresh",
+                vec![reading(30.0, 8.0, 12.0, Some(true)); 4],
+                vec![false; 4],
             ),
             (
-                // vLLM after a mass abort: the aborts finish, then no step runs.
-                "high and still after a mass abort, then no engine step",
+                // vLLM after a mass abort: the aborts are counted, then no step runs.
+                "high and still after a mass abort, with no engine step",
                 vec![
                     reading(200.0, 8.0, 3.0, Some(true)),
                     reading(200.0, 8.0, 190.0, Some(false)),
@@ -138,27 +155,33 @@ mod tests {
                 vec![false, false, true, true],
             ),
             (
-                "a change clears the verdict",
+                "a batch that claims requests but takes no step",
+                vec![reading(0.0, 8.0, 0.0, Some(false)); 3],
+                vec![false, true, true],
+            ),
+            (
+                "without token counters: unchanged while requests finish",
+                vec![no_counter(200.0, 8.0, 5.0); 4],
+                vec![false, false, true, true],
+            ),
+            (
+                "without token counters, a change clears the verdict",
                 vec![
-                    reading(200.0, 8.0, 5.0, Some(true)),
-                    reading(200.0, 8.0, 5.0, Some(true)),
-                    reading(200.0, 8.0, 5.0, Some(true)),
-                    reading(0.0, 0.0, 5.0, Some(true)),
+                    no_counter(200.0, 8.0, 5.0),
+                    no_counter(200.0, 8.0, 5.0),
+                    no_counter(200.0, 8.0, 5.0),
+                    no_counter(0.0, 0.0, 5.0),
                 ],
                 vec![false, false, true, false],
             ),
+            ("an empty queue that stays empty is not flagged", vec![no_counter(0.0, 3.0, 5.0); 4], vec![false; 4]),
             (
-                "an empty queue that stays empty is not flagged",
-                vec![reading(0.0, 3.0, 5.0, Some(true)); 4],
-                vec![false; 4],
-            ),
-            (
-                "no evidence either way (no counters) keeps the count",
+                "no evidence either way keeps the count",
                 vec![
-                    reading(9.0, 2.0, 4.0, None),
-                    reading(9.0, 2.0, 4.0, None),
+                    no_counter(9.0, 2.0, 4.0),
+                    no_counter(9.0, 2.0, 4.0),
                     GaugeReading { waiting: 9.0, running: Some(2.0), finished: None, progressed: None },
-                    reading(9.0, 2.0, 4.0, None),
+                    no_counter(9.0, 2.0, 4.0),
                 ],
                 vec![false, false, false, true],
             ),
