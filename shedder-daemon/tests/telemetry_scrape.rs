@@ -366,6 +366,27 @@ fn triton_with_tensorrt_llm_and_latency_counters_off_says_what_it_lacks() {
     );
 }
 
+#[test]
+fn triton_with_latency_summaries_instead_of_counters() {
+    // counter_latencies=false, summary_latencies=true: the summaries' sums
+    // give the same means; nothing is reported missing.
+    let mut state =
+        TargetState::new(target("http://127.0.0.1:8002/metrics", Exporter::Triton, &[("resnet50_trt", "interactive")]))
+            .unwrap();
+    state.ingest(&fixture("triton_summaries_1.prom"), at(0)).unwrap();
+    assert_eq!(
+        state.ingest(&fixture("triton_summaries_2.prom"), at(1)).unwrap(),
+        vec![class(
+            "interactive",
+            queue(&[(2.5, 400)])
+                .chain(service(&[(16.0, 400)]))
+                .chain([QueueDepth(6), PredictedQueueAge { ms: little_ms(6.0, 5.0, 400.0) }, GaugesFrozen(false)])
+                .collect(),
+        )]
+    );
+    assert_eq!(state.missing_families(), Vec::<&str>::new());
+}
+
 // --- SGLang ------------------------------------------------------------------
 
 const QWEN: &str = "Qwen/Qwen2.5-7B-Instruct";

@@ -7,21 +7,34 @@ use anyhow::{Context as _, bail};
 use prom_text_format_parser::{Metric, ScrapeParseError, Type, ValueType};
 use tracing::debug;
 
-/// A metric family shedder reads, and whether it is a histogram (else a
-/// counter or a gauge).
+/// A metric family shedder reads, and its type.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) struct Family {
     pub name: &'static str,
-    pub histogram: bool,
+    pub kind: Kind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// A counter or a gauge.
+    Scalar,
+    Histogram,
+    /// Read as a histogram whose only bucket is `+Inf` (its `_count`), with
+    /// its `_sum`; its quantiles (over the exporter's own window) are not read.
+    Summary,
 }
 
 impl Family {
     pub const fn scalar(name: &'static str) -> Self {
-        Family { name, histogram: false }
+        Family { name, kind: Kind::Scalar }
     }
 
     pub const fn histogram(name: &'static str) -> Self {
-        Family { name, histogram: true }
+        Family { name, kind: Kind::Histogram }
+    }
+
+    pub const fn summary(name: &'static str) -> Self {
+        Family { name, kind: Kind::Summary }
     }
 }
 
@@ -78,12 +91,20 @@ pub(super) fn parse(
         let Some(family) = families.iter().copied().flatten().find(|family| family.name == metric.name) else {
             continue;
         };
-        let expected = if family.histogram { "histogram" } else { "counter or gauge" };
-        match (family.histogram, metric.kind) {
-            (true, Type::Histogram) | (false, Type::Counter | Type::Gauge | Type::Untyped) => {}
-            (_, actual) => bail!("{}: expected a {expected}, the exporter says {actual}", family.name),
+        match (family.kind, metric.kind) {
+            (Kind::Histogram, Type::Histogram)
+            | (Kind::Summary, Type::Summary)
+            | (Kind::Scalar, Type::Counter | Type::Gauge | Type::Untyped) => {}
+            (kind, actual) => {
+                let expected = match kind {
+                    Kind::Scalar => "counter or gauge",
+                    Kind::Histogram => "histogram",
+                    Kind::Summary => "summary",
+                };
+                bail!("{}: expected a {expected}, the exporter says {actual}", family.name)
+            }
         }
-        for (labels, reading) in series_of(metric, family.histogram)? {
+        for (labels, reading) in series_of(metric, family.kind)? {
             let Some(model) = labels.iter().find(|(name, _)| name == model_label).map(|(_, value)| value) else {
                 continue;
             };
@@ -97,23 +118,26 @@ pub(super) fn parse(
 
 /// A family's samples grouped into series. Histogram samples are grouped by
 /// their labels less `le`; `_sum` is kept (it bounds the `+Inf` bucket),
-/// `_count` is not needed (the `+Inf` bucket is the count). Series with a
-/// value that is not a finite number are left out.
-fn series_of(metric: &Metric, histogram: bool) -> anyhow::Result<Vec<(LabelSet, Reading)>> {
+/// `_count` is not needed (the `+Inf` bucket is the count). A summary keeps
+/// `_count` (as its `+Inf` bucket) and `_sum`, not its quantiles. Series with
+/// a value that is not a finite number are left out.
+fn series_of(metric: &Metric, kind: Kind) -> anyhow::Result<Vec<(LabelSet, Reading)>> {
     let mut series: BTreeMap<LabelSet, Reading> = BTreeMap::new();
     let mut unusable = BTreeSet::new();
     for sample in &metric.samples {
-        let is_sum = match sample.value.value_type {
-            ValueType::Sample => false,
-            ValueType::Sum if histogram => true,
-            ValueType::Sum | ValueType::Count => continue,
+        let part = match (kind, sample.value.value_type) {
+            (Kind::Scalar, ValueType::Sample) => Part::Value,
+            (Kind::Histogram, ValueType::Sample) => Part::Bucket,
+            (Kind::Histogram | Kind::Summary, ValueType::Sum) => Part::Sum,
+            (Kind::Summary, ValueType::Count) => Part::Count,
+            _ => continue,
         };
         let raw = sample.value.value.as_str();
         let value: f64 = raw.parse().with_context(|| format!("{}: value {raw:?} is not a number", metric.name))?;
         let mut le = None;
         let mut labels = Vec::with_capacity(sample.labels.len());
         for label in sample.labels.iter() {
-            if histogram && !is_sum && label.key == "le" {
+            if part == Part::Bucket && label.key == "le" {
                 let bound = label.value.parse::<f64>();
                 le = Some(bound.with_context(|| format!("{}: bucket bound le={:?}", metric.name, label.value))?);
             } else {
@@ -125,23 +149,24 @@ fn series_of(metric: &Metric, histogram: bool) -> anyhow::Result<Vec<(LabelSet, 
             unusable.insert(labels);
             continue;
         }
-        if !histogram {
+        if part == Part::Value {
             series.insert(labels, Reading::Scalar(value));
             continue;
         }
         let entry =
             series.entry(labels).or_insert_with(|| Reading::Histogram(Histogram { buckets: Vec::new(), sum: None }));
-        let Reading::Histogram(h) = entry else { unreachable!("histogram families only hold histograms") };
-        match (is_sum, le) {
-            (true, _) => h.sum = Some(value),
-            (false, Some(le)) => h.buckets.push((le, value)),
-            (false, None) => bail!("{}: a bucket sample without an le label", metric.name),
+        let Reading::Histogram(h) = entry else { unreachable!("histogram and summary families only hold histograms") };
+        match (part, le) {
+            (Part::Sum, _) => h.sum = Some(value),
+            (Part::Count, _) => h.buckets = vec![(f64::INFINITY, value)],
+            (_, Some(le)) => h.buckets.push((le, value)),
+            (_, None) => bail!("{}: a bucket sample without an le label", metric.name),
         }
     }
     for labels in &unusable {
         series.remove(labels);
     }
-    // A `_sum` without buckets is not a histogram we can use.
+    // A `_sum` without buckets (or count) is nothing we can use.
     series.retain(|_, reading| !matches!(reading, Reading::Histogram(h) if h.buckets.is_empty()));
     for reading in series.values_mut() {
         if let Reading::Histogram(h) = reading {
@@ -149,6 +174,15 @@ fn series_of(metric: &Metric, histogram: bool) -> anyhow::Result<Vec<(LabelSet, 
         }
     }
     Ok(series.into_iter().collect())
+}
+
+/// Which part of a family a sample is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Part {
+    Value,
+    Bucket,
+    Sum,
+    Count,
 }
 
 /// Undoes the text format's label-value escapes (`\\`, `\"`, `\n`), which
@@ -189,6 +223,24 @@ mod tests {
         assert_eq!(unescape(r#"plain"#), "plain");
         assert_eq!(unescape(r#"a\"b\\c\nd"#), "a\"b\\c\nd");
         assert_eq!(unescape(r#"trailing\"#), "trailing\\");
+    }
+
+    #[test]
+    fn summaries_are_a_count_and_a_sum() {
+        let text = "# TYPE s summary\n\
+                    s_count{m=\"a\"} 161\ns_sum{m=\"a\"} 11110\n\
+                    s{m=\"a\",quantile=\"0.5\"} 55\ns{m=\"a\",quantile=\"0.99\"} 101\n";
+        let models = BTreeMap::from([("a".to_string(), "c".to_string())]);
+        let exposition = parse(text, &[&[Family::summary("s")]], "m", &models).unwrap();
+        let series = &exposition["s"]["a"];
+        assert_eq!(series.len(), 1, "quantiles are not series of their own: {series:?}");
+        let reading = &series[&vec![("m".to_string(), "a".to_string())]];
+        assert_eq!(
+            reading,
+            &Reading::Histogram(Histogram { buckets: vec![(f64::INFINITY, 161.0)], sum: Some(11110.0) })
+        );
+        let error = parse(text, &[&[Family::histogram("s")]], "m", &models).unwrap_err();
+        assert_eq!(error.to_string(), "s: expected a histogram, the exporter says summary");
     }
 
     #[test]

@@ -15,7 +15,11 @@
 //! Versions of Triton that label per-GPU series with `gpu_uuid` also print a
 //! series without it that stays at zero: every series is read, and zeros
 //! add nothing. With `--metrics-config counter_latencies=false` the two
-//! duration counters are absent: only counts and the pending gauge remain.
+//! duration counters are absent; with `summary_latencies=true` their
+//! summaries (`nv_inference_queue_summary_us`,
+//! `nv_inference_compute_infer_summary_us`) carry the same sums in `_sum`, and
+//! are read instead (their quantiles, over Triton's own window, are not).
+//! With neither, only counts and the pending gauge remain.
 //!
 //! # LLM backends
 //!
@@ -44,12 +48,21 @@ pub(super) const SUCCESS: &str = "nv_inference_request_success";
 pub(super) const QUEUE_US: &str = "nv_inference_queue_duration_us";
 pub(super) const COMPUTE_US: &str = "nv_inference_compute_infer_duration_us";
 pub(super) const PENDING: &str = "nv_inference_pending_request_count";
+/// With `--metrics-config summary_latencies=true`: the same sums, in summaries.
+pub(super) const QUEUE_SUMMARY: &str = "nv_inference_queue_summary_us";
+pub(super) const COMPUTE_SUMMARY: &str = "nv_inference_compute_infer_summary_us";
 pub(super) const TRT_LLM_REQUESTS: &str = "nv_trt_llm_request_metrics";
 pub(super) const TRT_LLM_KV_BLOCKS: &str = "nv_trt_llm_kv_cache_block_metrics";
 
 /// Triton's own families.
-pub(super) const FAMILIES: &[Family] =
-    &[Family::scalar(SUCCESS), Family::scalar(QUEUE_US), Family::scalar(COMPUTE_US), Family::scalar(PENDING)];
+pub(super) const FAMILIES: &[Family] = &[
+    Family::scalar(SUCCESS),
+    Family::scalar(QUEUE_US),
+    Family::scalar(COMPUTE_US),
+    Family::scalar(PENDING),
+    Family::summary(QUEUE_SUMMARY),
+    Family::summary(COMPUTE_SUMMARY),
+];
 /// The TensorRT-LLM backend's.
 pub(super) const TRT_LLM_FAMILIES: &[Family] = &[Family::scalar(TRT_LLM_REQUESTS), Family::scalar(TRT_LLM_KV_BLOCKS)];
 
@@ -58,13 +71,13 @@ pub(super) const NEEDS: &[Need] = &[
     Need { family: SUCCESS, any_of: &[SUCCESS], lacking: "no request counter" },
     Need {
         family: QUEUE_US,
-        any_of: &[QUEUE_US],
-        lacking: "no queue-duration counter (latency counters disabled: --metrics-config counter_latencies=false?)",
+        any_of: &[QUEUE_US, QUEUE_SUMMARY],
+        lacking: "no queue duration (latency counters off, --metrics-config counter_latencies=false, and no summaries)",
     },
     Need {
         family: COMPUTE_US,
-        any_of: &[COMPUTE_US],
-        lacking: "no compute-duration counter (latency counters disabled: --metrics-config counter_latencies=false?)",
+        any_of: &[COMPUTE_US, COMPUTE_SUMMARY],
+        lacking: "no compute duration (latency counters off, --metrics-config counter_latencies=false, and no summaries)",
     },
     Need { family: PENDING, any_of: &[PENDING], lacking: "no pending-requests gauge (older Triton)" },
 ];
@@ -94,9 +107,20 @@ fn native<'e>(
     count: bool,
 ) {
     for (labels, reading) in series(SUCCESS).into_iter().flatten() {
-        let mut counter = |family: &'static str| deltas.counter(family, labels, series(family)?.get(labels)?);
-        let queue_us = counter(QUEUE_US);
-        let compute_us = counter(COMPUTE_US);
+        // A duration's growth, from its counter, else from its summary's sum
+        // (both are read every scrape, to keep their baselines).
+        let mut duration_us = |counter: &'static str, summary: &'static str| {
+            let from_counter = series(counter)
+                .and_then(|s| s.get(labels))
+                .and_then(|reading| deltas.counter(counter, labels, reading));
+            let from_summary = series(summary)
+                .and_then(|s| s.get(labels))
+                .and_then(|reading| deltas.histogram(summary, labels, reading))
+                .and_then(|grown| grown.sum);
+            from_counter.or(from_summary)
+        };
+        let queue_us = duration_us(QUEUE_US, QUEUE_SUMMARY);
+        let compute_us = duration_us(COMPUTE_US, COMPUTE_SUMMARY);
         let Some(requests) = deltas.counter(SUCCESS, labels, reading) else { continue };
         if count {
             interval.add_finished(requests);
