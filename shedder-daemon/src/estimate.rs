@@ -42,7 +42,10 @@ use serde::{Deserialize, Serialize};
 use sketches_ddsketch::{Config as SketchConfig, DDSketch};
 
 use crate::service_curve::ServiceCurve;
-use crate::telemetry::{ClassObservations, Observation};
+use crate::telemetry::{
+    ClassObservations, Observation,
+    freshness::{self, StaleInput},
+};
 
 /// Relative accuracy of every sketch: a reported quantile is within 1% of a
 /// value of the right rank. Fixed (not configurable) so that slices always
@@ -321,6 +324,29 @@ pub struct ClassEstimate {
     /// window holds fewer). With the queue
     /// depth it predicts the wait of a job arriving now (Little's law).
     pub drain_rate_per_s: Option<f64>,
+    /// What a scraped inference server shows live.
+    pub live: LiveSignals,
+}
+
+/// A scraped server's live signals for a class ([`crate::telemetry::live_queue`],
+/// [`crate::telemetry::freshness`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct LiveSignals {
+    /// Jobs being served, as last reported (`None` if never, or older than the window).
+    pub running: Option<Gauge<u64>>,
+    /// Predicted queue age of the jobs waiting now, ms (same ageing).
+    pub predicted_queue_age_ms: Option<Gauge<f64>>,
+    /// The newest scrape that read the live gauges: whether it found them
+    /// frozen, and its age. Never ages out, so an old scrape stays visible.
+    pub gauges_frozen: Option<Gauge<bool>>,
+}
+
+impl LiveSignals {
+    /// The inputs not to trust: frozen gauges, or a newest scrape older
+    /// than `max_age_ms` (the controller's N ticks).
+    pub fn stale_inputs(&self, max_age_ms: u64) -> Vec<StaleInput> {
+        freshness::stale_inputs(self.gauges_frozen.map(|g| (g.age_ms, g.value)), max_age_ms)
+    }
 }
 
 struct Slice {
@@ -349,6 +375,9 @@ struct ClassState {
     first_seen_ms: Option<u64>,
     queue_depth: Option<(u64, u64)>,
     kv_cache: Option<(u64, f64)>,
+    running: Option<(u64, u64)>,
+    predicted_queue_age: Option<(u64, f64)>,
+    gauges_frozen: Option<(u64, bool)>,
 }
 
 impl ClassState {
@@ -360,6 +389,9 @@ impl ClassState {
             first_seen_ms: None,
             queue_depth: None,
             kv_cache: None,
+            running: None,
+            predicted_queue_age: None,
+            gauges_frozen: None,
         }
     }
 
@@ -497,6 +529,14 @@ impl Estimators {
                 }
                 state.kv_cache = Some((now_ms, usage));
             }
+            Observation::Running(running) => state.running = Some((now_ms, running)),
+            Observation::PredictedQueueAge { ms } => {
+                if !usable(ms) {
+                    return Ok(false);
+                }
+                state.predicted_queue_age = Some((now_ms, ms));
+            }
+            Observation::GaugesFrozen(frozen) => state.gauges_frozen = Some((now_ms, frozen)),
         }
         state.first_seen_ms.get_or_insert(now_ms);
         Ok(true)
@@ -603,6 +643,15 @@ impl Estimators {
             queue_depth: state.queue_depth.and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),
             kv_cache_usage: state.kv_cache.and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),
             drain_rate_per_s,
+            live: LiveSignals {
+                running: state.running.and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),
+                predicted_queue_age_ms: state
+                    .predicted_queue_age
+                    .and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),
+                gauges_frozen: state
+                    .gauges_frozen
+                    .map(|(at, value)| Gauge { value, age_ms: now_ms.saturating_sub(at) }),
+            },
         })
     }
 
@@ -839,6 +888,28 @@ mod tests {
         // (slice [3 s, 4 s)) over the 7.1 s since that slice began.
         assert!((e.drain_rate_per_s.unwrap() - 30.0 / 7.101).abs() < 1e-9);
         assert_eq!(est.estimate(c, at(14_000)).unwrap().drain_rate_per_s, None);
+    }
+
+    #[test]
+    fn live_signals_are_kept_and_say_what_is_stale() {
+        let mut est = one_class(EstimatorParams::default(), ClassPrior::default());
+        let c = "interactive";
+        for observation in
+            [Observation::Running(14), Observation::PredictedQueueAge { ms: 2_500.0 }, Observation::GaugesFrozen(true)]
+        {
+            est.observe_one(at(1_000), c, &observation).unwrap();
+        }
+        let live = est.estimate(c, at(1_200)).unwrap().live;
+        assert_eq!(live.running, Some(Gauge { value: 14, age_ms: 200 }));
+        assert_eq!(live.predicted_queue_age_ms, Some(Gauge { value: 2_500.0, age_ms: 200 }));
+        assert_eq!(live.stale_inputs(300), vec![StaleInput::FrozenGauges]);
+        // The next scrape finds them moving again; then scrapes stop.
+        est.observe_one(at(1_300), c, &Observation::GaugesFrozen(false)).unwrap();
+        assert_eq!(est.estimate(c, at(1_500)).unwrap().live.stale_inputs(300), vec![]);
+        let later = est.estimate(c, at(20_000)).unwrap().live;
+        assert_eq!(later.stale_inputs(300), vec![StaleInput::OldScrape], "the scrape's age never ages out");
+        assert_eq!((later.running, later.predicted_queue_age_ms), (None, None));
+        assert!(!est.observe_one(at(1_300), c, &Observation::PredictedQueueAge { ms: f64::NAN }).unwrap());
     }
 
     #[test]

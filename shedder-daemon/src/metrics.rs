@@ -53,6 +53,12 @@ struct OutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct MissingLabel {
+    target: String,
+    family: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabel {
     reason: &'static str,
 }
@@ -120,7 +126,11 @@ impl Distributions {
                 Observation::Retry { count } => {
                     self.retries.get_or_create(&class).inc_by(*count);
                 }
-                Observation::QueueDepth(_) | Observation::KvCacheUsage(_) => {}
+                Observation::QueueDepth(_)
+                | Observation::KvCacheUsage(_)
+                | Observation::Running(_)
+                | Observation::PredictedQueueAge { .. }
+                | Observation::GaugesFrozen(_) => {}
             }
         }
     }
@@ -255,6 +265,16 @@ pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
     }
     registry.register("shedder_gpu_utilization_ratio", "Busiest GPU's utilisation, 0..1 (NaN without NVML)", util);
     registry.register("shedder_gpu_memory_used_ratio", "Fullest GPU's memory used, 0..1 (NaN without NVML)", memory);
+
+    let missing = Family::<MissingLabel, Gauge>::default();
+    for (target, family) in crate::telemetry::scrape::missing_families() {
+        missing.get_or_create(&MissingLabel { target, family }).set(1);
+    }
+    registry.register(
+        "shedder_scrape_missing",
+        "Metric families a scraped target should expose and lacks (1 per family)",
+        missing,
+    );
 
     let (estimator, config) = (Gauge::<i64>::default(), Gauge::<i64>::default());
     estimator.set(control.estimators().version() as i64);

@@ -234,6 +234,7 @@ mod tests {
             queue_depth: None,
             kv_cache_usage: None,
             drain_rate_per_s: None,
+            live: Default::default(),
         }
     }
 

@@ -61,6 +61,7 @@ fn estimate(class: &str, queue_age_p95: f64, service_p95: f64) -> ClassEstimate 
         queue_depth: None,
         kv_cache_usage: None,
         drain_rate_per_s: None,
+        live: Default::default(),
     }
 }
 

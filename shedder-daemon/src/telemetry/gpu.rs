@@ -201,34 +201,8 @@ pub fn reading(index: u32, utilization_pct: u32, used_gib: u64, total_gib: u64) 
 
 #[cfg(test)]
 mod tests {
-    use std::io;
-
     use super::*;
-
-    /// Log lines written while `f` runs, as text.
-    fn captured_logs(f: impl FnOnce()) -> String {
-        #[derive(Clone, Default)]
-        struct Buffer(Arc<Mutex<Vec<u8>>>);
-        impl io::Write for Buffer {
-            fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-                self.0.lock().unwrap().extend_from_slice(bytes);
-                Ok(bytes.len())
-            }
-            fn flush(&mut self) -> io::Result<()> {
-                Ok(())
-            }
-        }
-        let buffer = Buffer::default();
-        let writer = buffer.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_writer(move || writer.clone())
-            .with_ansi(false)
-            .with_max_level(tracing::Level::TRACE)
-            .finish();
-        tracing::subscriber::with_default(subscriber, f);
-        let bytes = buffer.0.lock().unwrap().clone();
-        String::from_utf8(bytes).unwrap()
-    }
+    use crate::telemetry::test_logs::captured_logs;
 
     /// On a host without NVML (this project's CI machine) the daemon gets a
     /// source that reports no GPUs, after exactly one warning that says the

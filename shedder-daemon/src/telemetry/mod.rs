@@ -6,11 +6,17 @@
 //!
 //! * [`gpu`]: NVML utilisation and memory, with a "no GPU" path.
 //! * [`samples`]: the in-process ingestion API for pushed job samples.
-//! * [`scrape`]: vLLM and Triton Prometheus endpoints.
+//! * [`scrape`]: vLLM, SGLang and Triton Prometheus endpoints.
+//! * [`live_queue`]: the queue age predicted from live gauges and throughput.
+//! * [`freshness`]: when a scraped input stops describing the server.
 
+pub mod freshness;
 pub mod gpu;
+pub mod live_queue;
 pub mod samples;
 pub mod scrape;
+#[cfg(test)]
+pub(crate) mod test_logs;
 
 /// One thing learnt about a class. `count` lets a histogram bucket stand for
 /// many jobs at once without expanding it.
@@ -28,6 +34,16 @@ pub enum Observation {
     QueueDepth(u64),
     /// Fraction of the KV cache in use, 0..=1 (vLLM's `kv_cache_usage_perc`).
     KvCacheUsage(f64),
+    /// Jobs being served right now (a gauge, e.g. `vllm:num_requests_running`).
+    Running(u64),
+    /// The queue age the jobs waiting now are predicted to reach, ms: the
+    /// worse of Little's law on the live gauges and the finished requests'
+    /// histogram ([`live_queue`]).
+    PredictedQueueAge { ms: f64 },
+    /// A scrape read the live gauges; whether they look frozen
+    /// ([`freshness`]). Every such scrape says so, so its age is the age of
+    /// the newest live reading.
+    GaugesFrozen(bool),
 }
 
 /// Observations for one class, from one source, over one interval.
