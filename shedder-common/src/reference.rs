@@ -7,8 +7,9 @@
 //! field offsets as the RFCs number them, so a bounds or offset mistake in the
 //! program shows up as a disagreement. What happens *after* parsing is the
 //! shared arithmetic the program itself calls ([`pick_class`], [`charge`],
-//! [`decide`], the rewrites): the point is to check the parser and the glue,
-//! not to derive the arithmetic twice. The fail-open watchdog is modelled
+//! [`decide`], the rewrites), and so are the rules of the IPv6 extension
+//! header walk ([`ipv6_ext`]: which headers, how long): the point is to check
+//! the parser and the glue, not to derive the arithmetic twice. The fail-open watchdog is modelled
 //! too ([`is_stale`]), so a frame judged while the heartbeat is stale still agrees.
 //!
 //! The order of the checks (which reason a frame that is wrong in two ways
@@ -22,6 +23,7 @@ use alloc::{collections::BTreeMap, vec::Vec};
 use crate::{
     bucket::charge,
     classify::{RuleTarget, effective_mode, pick_class},
+    ipv6_ext::{self, HEAD_LEN, Next},
     maps::{Action, ClassConfig, GlobalConfig, MAX_CLASSES, PassReason, rule_flags},
     rewrite::{IPPROTO_TCP, SynFacts, TCP_FLAG_ACK, TCP_FLAG_SYN, dscp_of, mark_ipv4, mark_ipv6, rst_ipv4, rst_ipv6},
     verdict::{Outcome, charges_bucket, decide},
@@ -169,10 +171,6 @@ const ETHERTYPE_IPV6: u16 = 0x86dd;
 /// 802.1Q customer tag and 802.1ad service tag: one tag of either is looked through.
 const ETHERTYPE_VLAN: [u16; 2] = [0x8100, 0x88a8];
 
-/// IANA "IPv6 Extension Header Types": hop-by-hop, routing, fragment, ESP,
-/// AH, destination options, mobility, HIP, shim6, and the two experimental values.
-const IPV6_EXTENSION_HEADERS: [u8; 11] = [0, 43, 44, 50, 51, 60, 135, 139, 140, 253, 254];
-
 fn be16(bytes: &[u8]) -> u16 {
     u16::from_be_bytes([bytes[0], bytes[1]])
 }
@@ -226,18 +224,37 @@ fn parse_ipv6(frame: &[u8], l3: usize) -> Result<Syn, PassReason> {
     if header[0] >> 4 != 6 {
         return Err(PassReason::BadIpv6Header);
     }
-    let next_header = header[6];
-    if next_header != IPPROTO_TCP {
-        return Err(if IPV6_EXTENSION_HEADERS.contains(&next_header) {
-            PassReason::Ipv6ExtensionHeader
-        } else {
-            PassReason::NotTcp
-        });
-    }
+    // The payload length covers the extension headers and the TCP segment.
+    let end = l3 + 40 + usize::from(be16(&header[4..6]));
+    let l4 = extension_headers(frame, l3 + 40, end, header[6])?;
     let traffic_class = (header[0] << 4) | (header[1] >> 4);
-    let facts = parse_tcp(frame, l3 + 40, usize::from(be16(&header[4..6])))?;
+    let facts = parse_tcp(frame, l4, end - l4)?;
     let addresses = Addresses::V6(array(&header[8..24]), array(&header[24..40]));
     Ok(Syn { l3, addresses, dscp: dscp_of(traffic_class), facts })
+}
+
+/// RFC 8200 §4: the extension headers from `at`, the first of type
+/// `next_header`, up to the TCP header; returns where that starts. `end` is
+/// where the payload length says the packet ends.
+fn extension_headers(frame: &[u8], mut at: usize, end: usize, mut next_header: u8) -> Result<usize, PassReason> {
+    // `ipv6_ext::next` ends every chain by `MAX_CHAIN` headers.
+    for depth in 0.. {
+        match ipv6_ext::next(next_header, depth) {
+            Next::Tcp => return Ok(at),
+            Next::Pass(reason) => return Err(reason),
+            Next::Extension => {}
+        }
+        let head = frame.get(at..at + HEAD_LEN).ok_or(PassReason::TruncatedIpv6)?;
+        let step = ipv6_ext::step(next_header, array(head))?;
+        if frame.len() < at + step.len {
+            return Err(PassReason::TruncatedIpv6);
+        }
+        if end < at + step.len {
+            return Err(PassReason::BadIpv6ExtensionHeader);
+        }
+        (at, next_header) = (at + step.len, step.next_header);
+    }
+    unreachable!("the depth counter never runs out")
 }
 
 /// RFC 9293 §3.1. `segment_len` is what the IP header says the segment holds.

@@ -1,4 +1,5 @@
-//! Parse: Ethernet (with one 802.1Q tag), IPv4 or IPv6, TCP.
+//! Parse: Ethernet (with one 802.1Q tag), IPv4 or IPv6 (through a bounded
+//! chain of extension headers, see `shedder_common::ipv6_ext`), TCP.
 //!
 //! Only a bare SYN (SYN set, ACK clear) comes out as [`Syn`]; everything else
 //! is a [`PassReason`], so established flows are never charged or touched.
@@ -10,6 +11,7 @@ use network_types::{
     vlan::VlanHdr,
 };
 use shedder_common::{
+    ipv6_ext::{self, Next},
     maps::PassReason,
     rewrite::{IPPROTO_TCP, SynFacts, dscp_of},
 };
@@ -91,24 +93,43 @@ fn parse_ipv6(frame: &Frame, l3: usize) -> Result<Syn, PassReason> {
     if ip.vcf[0] >> 4 != 6 {
         return Err(PassReason::BadIpv6Header);
     }
-    if ip.next_hdr != IPPROTO_TCP {
-        return Err(if is_extension_header(ip.next_hdr) {
-            PassReason::Ipv6ExtensionHeader
-        } else {
-            PassReason::NotTcp
-        });
-    }
-    let tcp = parse_tcp(frame, l3 + Ipv6Hdr::LEN, be16(ip.payload_len) as usize)?;
+    let (l4, segment_len) = walk_extensions(frame, l3 + Ipv6Hdr::LEN, ip.next_hdr, be16(ip.payload_len) as usize)?;
+    let tcp = parse_tcp(frame, l4, segment_len)?;
     let traffic_class = (ip.vcf[0] << 4) | (ip.vcf[1] >> 4);
     Ok(Syn { l3, addrs: Addrs::V6 { src: ip.src_addr, dst: ip.dst_addr }, dscp: dscp_of(traffic_class), facts: tcp })
 }
 
-/// IPv6 next-header values that announce an extension header (RFC 8200 §4,
-/// plus the mobility, HIP and shim6 headers that followed it, and the two
-/// experimental values RFC 3692 reserves: IANA's list of extension headers).
+/// Steps over the extension headers from `off` (right after the fixed IPv6
+/// header, whose next header is `next_header`) to the TCP header: its offset,
+/// and the bytes of the payload length left from there.
 #[inline(always)]
-fn is_extension_header(next: u8) -> bool {
-    matches!(next, 0 | 43 | 44 | 50 | 51 | 60 | 135 | 139 | 140 | 253 | 254)
+fn walk_extensions(
+    frame: &Frame,
+    mut off: usize,
+    mut next_header: u8,
+    payload_len: usize,
+) -> Result<(usize, usize), PassReason> {
+    let end = off + payload_len;
+    // One pass more than the headers walked, to judge the one after the last.
+    for depth in 0..=ipv6_ext::MAX_CHAIN {
+        match ipv6_ext::next(next_header, depth) {
+            Next::Tcp => return Ok((off, end - off)),
+            Next::Pass(reason) => return Err(reason),
+            Next::Extension => {}
+        }
+        let head = frame.read(off).ok_or(PassReason::TruncatedIpv6)?;
+        let step = ipv6_ext::step(next_header, head)?;
+        if off + step.len > frame.len() {
+            return Err(PassReason::TruncatedIpv6);
+        }
+        if off + step.len > end {
+            return Err(PassReason::BadIpv6ExtensionHeader);
+        }
+        off += step.len;
+        next_header = step.next_header;
+    }
+    // `next` ends the chain at MAX_CHAIN; the verifier needs a way out all the same.
+    Err(PassReason::Ipv6ChainTooLong)
 }
 
 #[inline(always)]
