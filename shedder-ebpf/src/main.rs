@@ -21,8 +21,10 @@ mod watchdog;
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{TC_ACT_OK, TC_ACT_SHOT, xdp_action},
-    helpers::{bpf_csum_diff, bpf_csum_update, bpf_redirect, bpf_skb_change_tail, bpf_xdp_adjust_tail},
+    bindings::{TC_ACT_OK, TC_ACT_SHOT, bpf_adj_room_mode, xdp_action},
+    helpers::{
+        bpf_csum_diff, bpf_csum_update, bpf_redirect, bpf_skb_adjust_room, bpf_skb_change_tail, bpf_xdp_adjust_tail,
+    },
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
 };
@@ -41,8 +43,8 @@ enum Verdict {
     /// Pass, after a DSCP mark that rewrote these header bytes.
     PassMarked(Option<act::Rewritten>),
     Drop,
-    /// The frame now holds a reply of this many bytes, to send back out.
-    Reply(usize),
+    /// Answer with an RST, which each hook writes and sends back its own way.
+    Reject(parse::Syn),
 }
 
 #[inline(always)]
@@ -85,10 +87,7 @@ fn admit<C: EbpfContext>(ctx: &C, frame: &Frame) -> Verdict {
         Outcome::Admitted | Outcome::WouldShed => Verdict::Pass,
         Outcome::Dropped => Verdict::Drop,
         Outcome::Marked => Verdict::PassMarked(act::mark(frame, &syn, config.mark_dscp)),
-        Outcome::Rejected => match act::write_rst(frame, &syn) {
-            Some(len) => Verdict::Reply(len),
-            None => Verdict::Drop,
-        },
+        Outcome::Rejected => Verdict::Reject(syn),
     }
 }
 
@@ -98,7 +97,10 @@ pub fn shedder_xdp(ctx: XdpContext) -> u32 {
     match admit(&ctx, &frame) {
         Verdict::Pass | Verdict::PassMarked(_) => xdp_action::XDP_PASS,
         Verdict::Drop => xdp_action::XDP_DROP,
-        Verdict::Reply(len) => {
+        Verdict::Reject(syn) => {
+            let Some(len) = act::write_rst(&frame, &syn) else {
+                return xdp_action::XDP_DROP;
+            };
             let delta = len as i32 - frame.len() as i32;
             // SAFETY: shrinking the tail of the frame this program owns.
             if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
@@ -131,7 +133,13 @@ pub fn shedder_tc(ctx: TcContext) -> i32 {
             TC_ACT_OK
         }
         Verdict::Drop => TC_ACT_SHOT,
-        Verdict::Reply(len) => {
+        Verdict::Reject(syn) => {
+            remove_ip_extra(&ctx, &syn);
+            // Read afresh: resizing helpers invalidate every packet pointer.
+            let frame = Frame::new(ctx.data(), ctx.data_end());
+            let Some(len) = act::write_rst(&frame, &syn) else {
+                return TC_ACT_SHOT;
+            };
             // SAFETY: resizing and redirecting the skb this program was handed.
             unsafe {
                 if bpf_skb_change_tail(ctx.skb.skb, len as u32, 0) != 0 {
@@ -142,6 +150,20 @@ pub fn shedder_tc(ctx: TcContext) -> i32 {
                 bpf_redirect((*ctx.skb.skb).ifindex, 0) as i32
             }
         }
+    }
+}
+
+/// Removes the IPv4 options or IPv6 extension headers of a SYN about to be
+/// answered, so its TCP header stays where the skb's checksum offsets point.
+/// A SYN from a local stack (veth, virtio) arrives CHECKSUM_PARTIAL, and the
+/// tail trim refuses to cut the frame short of the checksum field those
+/// offsets name. Where the kernel will not (an in-band VLAN tag), the tail
+/// trim does it all, as it can for any other skb.
+#[inline(always)]
+fn remove_ip_extra(ctx: &TcContext, syn: &parse::Syn) {
+    if syn.ip_extra > 0 {
+        // SAFETY: shrinking the skb this program was handed; the caller re-reads the packet pointers.
+        unsafe { bpf_skb_adjust_room(ctx.skb.skb, -(syn.ip_extra as i32), bpf_adj_room_mode::BPF_ADJ_ROOM_NET, 0) };
     }
 }
 

@@ -35,6 +35,9 @@ pub enum Addrs {
 pub struct Syn {
     /// Offset of the IP header.
     pub l3: usize,
+    /// Bytes between the fixed IP header and TCP: IPv4 options or IPv6
+    /// extension headers. A reply leaves them out.
+    pub ip_extra: usize,
     pub addrs: Addrs,
     pub dscp: u8,
     pub facts: SynFacts,
@@ -84,7 +87,8 @@ fn parse_ipv4(frame: &Frame, l3: usize) -> Result<Syn, PassReason> {
     // A first fragment carries the TCP header and is judged like any SYN.
     let ip_payload = (be16(ip.tot_len) as usize).saturating_sub(ihl);
     let tcp = parse_tcp(frame, l3 + ihl, ip_payload)?;
-    Ok(Syn { l3, addrs: Addrs::V4 { src: ip.src_addr, dst: ip.dst_addr }, dscp: dscp_of(ip.tos), facts: tcp })
+    let addrs = Addrs::V4 { src: ip.src_addr, dst: ip.dst_addr };
+    Ok(Syn { l3, ip_extra: ihl - Ipv4Hdr::LEN, addrs, dscp: dscp_of(ip.tos), facts: tcp })
 }
 
 #[inline(always)]
@@ -96,7 +100,8 @@ fn parse_ipv6(frame: &Frame, l3: usize) -> Result<Syn, PassReason> {
     let (l4, segment_len) = walk_extensions(frame, l3 + Ipv6Hdr::LEN, ip.next_hdr, be16(ip.payload_len) as usize)?;
     let tcp = parse_tcp(frame, l4, segment_len)?;
     let traffic_class = (ip.vcf[0] << 4) | (ip.vcf[1] >> 4);
-    Ok(Syn { l3, addrs: Addrs::V6 { src: ip.src_addr, dst: ip.dst_addr }, dscp: dscp_of(traffic_class), facts: tcp })
+    let addrs = Addrs::V6 { src: ip.src_addr, dst: ip.dst_addr };
+    Ok(Syn { l3, ip_extra: l4 - l3 - Ipv6Hdr::LEN, addrs, dscp: dscp_of(traffic_class), facts: tcp })
 }
 
 /// Steps over the extension headers from `off` (right after the fixed IPv6
