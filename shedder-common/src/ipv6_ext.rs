@@ -25,6 +25,10 @@ pub const MAX_CHAIN: usize = 6;
 /// Bytes every walked header has at least, and all that [`step`] reads.
 pub const HEAD_LEN: usize = 8;
 
+/// The longest a walked header can be: an options or routing header whose
+/// length field is 255.
+pub const LONGEST_HEADER: usize = 2048;
+
 /// AH's shortest length in IPv6: 12 fixed bytes (RFC 4302 §2), padded to 8.
 const AH_MIN_LEN: usize = 16;
 
@@ -106,12 +110,13 @@ mod tests {
         let head = |next: u8, len: u8| [next, len, 0, 0, 0, 0, 0, 0];
         for kind in [HOP_BY_HOP, ROUTING, DESTINATION_OPTIONS] {
             assert_eq!(step(kind, head(6, 0)), Ok(Step { next_header: 6, len: 8 }));
-            assert_eq!(step(kind, head(60, 255)), Ok(Step { next_header: 60, len: 2048 }));
+            assert_eq!(step(kind, head(60, 255)), Ok(Step { next_header: 60, len: LONGEST_HEADER }));
         }
         assert_eq!(step(FRAGMENT, head(6, 0xff)), Ok(Step { next_header: 6, len: 8 }), "byte 1 is reserved");
         // HMAC-SHA1-96: 12 fixed bytes and a 12-byte ICV, length field 4.
         assert_eq!(step(AUTHENTICATION, head(6, 4)), Ok(Step { next_header: 6, len: 24 }));
         assert_eq!(step(AUTHENTICATION, head(6, 2)), Ok(Step { next_header: 6, len: 16 }));
+        assert_eq!(step(AUTHENTICATION, head(6, 254)), Ok(Step { next_header: 6, len: 1024 }), "under the longest");
         for bad in [0, 1, 3, 255] {
             assert_eq!(step(AUTHENTICATION, head(6, bad)), Err(PassReason::BadIpv6ExtensionHeader), "AH length {bad}");
         }

@@ -200,6 +200,19 @@ impl PassReason {
         Self::BadIpv6ExtensionHeader,
     ];
 
+    /// Whether the frame ended inside a header. Where only part of a packet is
+    /// at hand (TC sees an skb's linear part), the rest may hold it.
+    pub const fn is_truncation(self) -> bool {
+        matches!(
+            self,
+            Self::TruncatedEthernet
+                | Self::TruncatedVlan
+                | Self::TruncatedIpv4
+                | Self::TruncatedIpv6
+                | Self::TruncatedTcp
+        )
+    }
+
     /// Stable snake_case name, used in logs and metrics labels.
     pub const fn name(self) -> &'static str {
         match self {

@@ -4,7 +4,7 @@
 //! it to a class, [`bucket`] charges the class's token bucket, [`act`] rewrites
 //! the packet for reject and mark; [`watchdog`] stops all shedding while the
 //! daemon's heartbeat is stale. The XDP and TC entry points below share all
-//! of it and differ only in how they send a reply.
+//! of it and differ only in how they reach the packet ([`hook`]) and send a reply.
 #![no_std]
 #![no_main]
 #![feature(core_intrinsics)]
@@ -15,16 +15,15 @@ mod bucket;
 mod classify;
 mod counters;
 mod frame;
+mod hook;
 mod maps;
 mod parse;
 mod watchdog;
 
 use aya_ebpf::{
     EbpfContext,
-    bindings::{TC_ACT_OK, TC_ACT_SHOT, bpf_adj_room_mode, xdp_action},
-    helpers::{
-        bpf_csum_diff, bpf_csum_update, bpf_redirect, bpf_skb_adjust_room, bpf_skb_change_tail, bpf_xdp_adjust_tail,
-    },
+    bindings::{TC_ACT_OK, TC_ACT_SHOT, xdp_action},
+    helpers::{bpf_csum_diff, bpf_csum_update, bpf_redirect, bpf_skb_change_tail, bpf_xdp_adjust_tail},
     macros::{classifier, xdp},
     programs::{TcContext, XdpContext},
 };
@@ -35,7 +34,7 @@ use shedder_common::{
     verdict::{Outcome, charges_bucket, decide},
 };
 
-use crate::{bucket::Charge, frame::Frame};
+use crate::{bucket::Charge, frame::Frame, hook::Hook};
 
 /// What the attachment must do with the frame.
 enum Verdict {
@@ -43,13 +42,14 @@ enum Verdict {
     /// Pass, after a DSCP mark that rewrote these header bytes.
     PassMarked(Option<act::Rewritten>),
     Drop,
-    /// Answer with an RST, which each hook writes and sends back its own way.
-    Reject(parse::Syn),
+    /// The frame now holds a reply of this many bytes, to send back out.
+    Reply(usize),
 }
 
+/// Judges the SYN `parsed` found in `frame`.
 #[inline(always)]
-fn admit<C: EbpfContext>(ctx: &C, frame: &Frame) -> Verdict {
-    let syn = match parse::parse(frame) {
+fn admit<H: Hook>(ctx: &H, frame: &Frame, parsed: Result<parse::Syn, PassReason>) -> Verdict {
+    let syn = match parsed {
         Ok(syn) => syn,
         Err(reason) => {
             counters::count_pass(reason);
@@ -87,20 +87,23 @@ fn admit<C: EbpfContext>(ctx: &C, frame: &Frame) -> Verdict {
         Outcome::Admitted | Outcome::WouldShed => Verdict::Pass,
         Outcome::Dropped => Verdict::Drop,
         Outcome::Marked => Verdict::PassMarked(act::mark(frame, &syn, config.mark_dscp)),
-        Outcome::Rejected => Verdict::Reject(syn),
+        Outcome::Rejected => {
+            ctx.prepare_reply(&syn);
+            match act::write_rst(&ctx.frame(), &syn) {
+                Some(len) => Verdict::Reply(len),
+                None => Verdict::Drop,
+            }
+        }
     }
 }
 
 #[xdp]
 pub fn shedder_xdp(ctx: XdpContext) -> u32 {
-    let frame = Frame::new(ctx.data(), ctx.data_end());
-    match admit(&ctx, &frame) {
+    let (frame, parsed) = ctx.parse();
+    match admit(&ctx, &frame, parsed) {
         Verdict::Pass | Verdict::PassMarked(_) => xdp_action::XDP_PASS,
         Verdict::Drop => xdp_action::XDP_DROP,
-        Verdict::Reject(syn) => {
-            let Some(len) = act::write_rst(&frame, &syn) else {
-                return xdp_action::XDP_DROP;
-            };
+        Verdict::Reply(len) => {
             let delta = len as i32 - frame.len() as i32;
             // SAFETY: shrinking the tail of the frame this program owns.
             if unsafe { bpf_xdp_adjust_tail(ctx.ctx, delta) } != 0 {
@@ -114,8 +117,8 @@ pub fn shedder_xdp(ctx: XdpContext) -> u32 {
 
 #[classifier]
 pub fn shedder_tc(ctx: TcContext) -> i32 {
-    let frame = Frame::new(ctx.data(), ctx.data_end());
-    match admit(&ctx, &frame) {
+    let (frame, parsed) = ctx.parse();
+    match admit(&ctx, &frame, parsed) {
         Verdict::Pass | Verdict::PassMarked(None) => TC_ACT_OK,
         Verdict::PassMarked(Some(mut rewritten)) => {
             // SAFETY: both buffers are 4 readable bytes on our stack.
@@ -133,13 +136,7 @@ pub fn shedder_tc(ctx: TcContext) -> i32 {
             TC_ACT_OK
         }
         Verdict::Drop => TC_ACT_SHOT,
-        Verdict::Reject(syn) => {
-            remove_ip_extra(&ctx, &syn);
-            // Read afresh: resizing helpers invalidate every packet pointer.
-            let frame = Frame::new(ctx.data(), ctx.data_end());
-            let Some(len) = act::write_rst(&frame, &syn) else {
-                return TC_ACT_SHOT;
-            };
+        Verdict::Reply(len) => {
             // SAFETY: resizing and redirecting the skb this program was handed.
             unsafe {
                 if bpf_skb_change_tail(ctx.skb.skb, len as u32, 0) != 0 {
@@ -150,20 +147,6 @@ pub fn shedder_tc(ctx: TcContext) -> i32 {
                 bpf_redirect((*ctx.skb.skb).ifindex, 0) as i32
             }
         }
-    }
-}
-
-/// Removes the IPv4 options or IPv6 extension headers of a SYN about to be
-/// answered, so its TCP header stays where the skb's checksum offsets point.
-/// A SYN from a local stack (veth, virtio) arrives CHECKSUM_PARTIAL, and the
-/// tail trim refuses to cut the frame short of the checksum field those
-/// offsets name. Where the kernel will not (an in-band VLAN tag), the tail
-/// trim does it all, as it can for any other skb.
-#[inline(always)]
-fn remove_ip_extra(ctx: &TcContext, syn: &parse::Syn) {
-    if syn.ip_extra > 0 {
-        // SAFETY: shrinking the skb this program was handed; the caller re-reads the packet pointers.
-        unsafe { bpf_skb_adjust_room(ctx.skb.skb, -(syn.ip_extra as i32), bpf_adj_room_mode::BPF_ADJ_ROOM_NET, 0) };
     }
 }
 

@@ -24,6 +24,11 @@ const ETH_P_8021Q: u16 = 0x8100;
 const ETH_P_8021AD: u16 = 0x88a8;
 const IPV4_FRAG_OFFSET: u16 = 0x1fff;
 
+/// The most bytes of a frame the parser reads: a tagged Ethernet header, the
+/// fixed IPv6 header, the longest extension chain walked, and a TCP header
+/// with 40 bytes of options.
+pub const HEADERS_MAX: usize = 18 + 40 + ipv6_ext::MAX_CHAIN * ipv6_ext::LONGEST_HEADER + 60;
+
 /// The SYN's addresses; the source is what CIDR rules key on.
 #[derive(Clone, Copy)]
 pub enum Addrs {
