@@ -8,6 +8,11 @@
 //! Over XDP the RST reaches the client as a new frame, whose checksum the
 //! client's stack verifies; the packet table checks it byte for byte on both
 //! hooks.
+//!
+//! TC sees only an skb's linear part. A SYN whose extension headers lie past
+//! it must be judged all the same, not passed as truncated: a raw frame
+//! longer than a page, sent from a packet socket, arrives with no more than
+//! its Ethernet header linear.
 
 use std::{
     io,
@@ -25,6 +30,7 @@ use shedder_daemon::{
 use shedder_tests::{
     counters::{Counters, counters, moved},
     netns::Testbed,
+    packets::{Ipv6Ext, TcpFrame},
     saved_syn::saved_syn,
 };
 
@@ -214,4 +220,75 @@ fn xdp_refuses_hop_by_hop_syns_to_a_closed_class_and_admits_them_to_an_open_one(
 #[test]
 fn tc_refuses_hop_by_hop_syns_to_a_closed_class_and_admits_them_to_an_open_one() {
     syns_with_a_hop_by_hop_header_meet_their_class(AttachKind::Tc);
+}
+
+/// Sends `frame` out of `iface` as is, from a packet socket in the calling
+/// thread's namespace.
+fn send_raw(iface: &str, frame: &[u8]) -> io::Result<()> {
+    let name = std::ffi::CString::new(iface).expect("no NUL in an interface name");
+    // SAFETY: a NUL-terminated name.
+    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
+    if index == 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: plain socket(2); the result is checked and owned at once.
+    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: fd is a fresh descriptor nobody else owns.
+    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
+    // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value.
+    let mut to: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+    to.sll_family = libc::AF_PACKET as u16;
+    to.sll_ifindex = index as i32;
+    to.sll_halen = 6;
+    to.sll_addr[..6].copy_from_slice(&frame[..6]);
+    // SAFETY: a valid socket, a live buffer and a live sockaddr_ll of the stated lengths.
+    let sent = unsafe {
+        libc::sendto(
+            socket.as_raw_fd(),
+            frame.as_ptr().cast(),
+            frame.len(),
+            0,
+            (&to as *const libc::sockaddr_ll).cast(),
+            size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+        )
+    };
+    if sent == frame.len() as isize { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+#[test]
+fn tc_judges_a_syn_whose_extension_headers_lie_past_the_linear_part() {
+    let bed = Bed::new(AttachKind::Tc);
+    let (client, server) = (&bed.testbed.client, &bed.testbed.server);
+    // Room for a frame longer than a page on both ends of the veth pair.
+    client.ip(&["link", "set", &bed.testbed.client_if, "mtu", "9000"]).expect("client MTU");
+    server.ip(&["link", "set", &bed.testbed.server_if, "mtu", "9000"]).expect("server MTU");
+    let chain = [Ipv6Ext::HopByHop(255), Ipv6Ext::DestinationOptions(255), Ipv6Ext::Routing];
+    let syn = chain
+        .into_iter()
+        .fold(TcpFrame::v6(Testbed::CLIENT_V6.octets(), Testbed::SERVER_V6.octets()).dst_port(8002), |f, e| {
+            f.ipv6_ext(e)
+        })
+        .build();
+    assert!(syn.len() > 4096, "longer than a page: {} bytes", syn.len());
+    let before = counters(&bed.datapath);
+    let iface = bed.testbed.client_if.clone();
+    client.run(move || send_raw(&iface, &syn)).expect("entering the client namespace").expect("sending the SYN");
+    // Bounded wait for the program to count it.
+    let deadline = Instant::now() + CONNECT_PATIENCE;
+    let moves = loop {
+        let moves = moved(&before, &counters(&bed.datapath));
+        if count(&moves, "closed.seen") > 0 || Instant::now() > deadline {
+            break moves;
+        }
+        thread::sleep(Duration::from_millis(5));
+    };
+    assert_eq!(
+        (count(&moves, "closed.seen"), count(&moves, "closed.rejected")),
+        (1, 1),
+        "the SYN was judged in its class: {moves:?}"
+    );
+    assert_eq!(count(&moves, "pass.truncated_ipv6"), 0, "{moves:?}");
 }
