@@ -21,7 +21,6 @@ mod parse;
 mod watchdog;
 
 use aya_ebpf::{
-    EbpfContext,
     bindings::{TC_ACT_OK, TC_ACT_SHOT, xdp_action},
     helpers::{bpf_csum_diff, bpf_csum_update, bpf_redirect, bpf_skb_change_tail, bpf_xdp_adjust_tail},
     macros::{classifier, xdp},

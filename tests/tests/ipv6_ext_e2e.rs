@@ -29,6 +29,7 @@ use shedder_daemon::{
 };
 use shedder_tests::{
     counters::{Counters, counters, moved},
+    flood::packet_socket,
     netns::Testbed,
     packets::{Ipv6Ext, TcpFrame},
     saved_syn::saved_syn,
@@ -224,26 +225,8 @@ fn tc_refuses_hop_by_hop_syns_to_a_closed_class_and_admits_them_to_an_open_one()
 
 /// Sends `frame` out of `iface` as is, from a packet socket in the calling
 /// thread's namespace.
-fn send_raw(iface: &str, frame: &[u8]) -> io::Result<()> {
-    let name = std::ffi::CString::new(iface).expect("no NUL in an interface name");
-    // SAFETY: a NUL-terminated name.
-    let index = unsafe { libc::if_nametoindex(name.as_ptr()) };
-    if index == 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: plain socket(2); the result is checked and owned at once.
-    let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW | libc::SOCK_CLOEXEC, 0) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: fd is a fresh descriptor nobody else owns.
-    let socket = unsafe { OwnedFd::from_raw_fd(fd) };
-    // SAFETY: sockaddr_ll is plain old data; all zeroes is a valid value.
-    let mut to: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-    to.sll_family = libc::AF_PACKET as u16;
-    to.sll_ifindex = index as i32;
-    to.sll_halen = 6;
-    to.sll_addr[..6].copy_from_slice(&frame[..6]);
+fn send_raw(iface: &str, frame: &[u8]) -> anyhow::Result<()> {
+    let (socket, to) = packet_socket(iface)?;
     // SAFETY: a valid socket, a live buffer and a live sockaddr_ll of the stated lengths.
     let sent = unsafe {
         libc::sendto(
@@ -255,7 +238,8 @@ fn send_raw(iface: &str, frame: &[u8]) -> io::Result<()> {
             size_of::<libc::sockaddr_ll>() as libc::socklen_t,
         )
     };
-    if sent == frame.len() as isize { Ok(()) } else { Err(io::Error::last_os_error()) }
+    anyhow::ensure!(sent == frame.len() as isize, "sending {} bytes: {}", frame.len(), io::Error::last_os_error());
+    Ok(())
 }
 
 #[test]

@@ -611,6 +611,13 @@ fn frames_the_parser_cannot_judge_pass_with_their_reason() {
     check_table(CLOSED, &rows);
 }
 
+/// The frame as built, with `bytes` written over it at `at` (checksums left stale).
+fn patched(frame: &TcpFrame, at: usize, bytes: &[u8]) -> Vec<u8> {
+    let mut out = frame.build();
+    out[at..at + bytes.len()].copy_from_slice(bytes);
+    out
+}
+
 /// Frames the differential fuzzer (`fuzz_packets.rs`) caught being judged as
 /// SYNs: an IPv6 EtherType over another IP version, an experimental IPv6
 /// extension header, and IP lengths that end inside the TCP header.
@@ -618,12 +625,6 @@ fn frames_the_parser_cannot_judge_pass_with_their_reason() {
 fn frames_that_only_look_like_syns_pass_with_their_reason() {
     let v4 = syn("v4", Net::Outside).dst_port(8000).tcp_options(&SYN_OPTIONS);
     let v6 = syn("v6", Net::Outside).dst_port(8000).tcp_options(&SYN_OPTIONS);
-    // The frame as built, with `bytes` written over it at `at` (checksums left stale).
-    let patched = |frame: &TcpFrame, at: usize, bytes: &[u8]| {
-        let mut out = frame.build();
-        out[at..at + bytes.len()].copy_from_slice(bytes);
-        out
-    };
     let (l3, l3_vlan) = (v4.l3_offset(), v4.clone().vlan(3).l3_offset());
     let rows = [
         passed("v6 SYN whose header says version 4", patched(&v6, l3, &[0x40]), PassReason::BadIpv6Header),

@@ -37,13 +37,6 @@ fn behind(syn: TcpFrame, chain: &[Ipv6Ext]) -> TcpFrame {
     chain.iter().fold(syn, |syn, ext| syn.ipv6_ext(*ext))
 }
 
-/// The frame as built, with `bytes` written over it at `at` (checksums left stale).
-fn patched(syn: &TcpFrame, at: usize, bytes: &[u8]) -> Vec<u8> {
-    let mut out = syn.build();
-    out[at..at + bytes.len()].copy_from_slice(bytes);
-    out
-}
-
 #[test]
 fn syns_behind_extension_headers_land_in_the_class_their_rules_pick() {
     let mut rows = Vec::new();
