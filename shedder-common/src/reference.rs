@@ -409,6 +409,36 @@ mod tests {
     }
 
     #[test]
+    fn a_syn_behind_an_extension_header_is_judged_and_answered_without_it() {
+        // IPv6 from fd09::2, a hop-by-hop header (PadN), then the SYN.
+        let mut f = alloc::vec![0u8; 14 + 40 + 8 + 20];
+        f[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+        f[14] = 0x60;
+        f[18..20].copy_from_slice(&28u16.to_be_bytes());
+        f[22..24].copy_from_slice(&[0xfd, 0x09]);
+        f[37] = 2;
+        f[54..62].copy_from_slice(&[IPPROTO_TCP, 0, 1, 4, 0, 0, 0, 0]);
+        f[64..66].copy_from_slice(&8000u16.to_be_bytes());
+        f[74] = 5 << 4;
+        f[75] = TCP_FLAG_SYN;
+        let t = tables(Action::Reject);
+        let e = judge(&f, &t, &mut Live::default(), 1);
+        assert_eq!((e.verdict, e.counted), (Verdict::Reply, Counted::Class(0, Outcome::Rejected)));
+        assert_eq!(e.output.len(), 14 + 40 + 20, "a plain IPv6 + TCP reply");
+        assert_eq!(e.output[20], IPPROTO_TCP, "whose next header is TCP");
+        assert_eq!(u16::from_be_bytes([e.output[54], e.output[55]]), 8000, "from the port the SYN went to");
+        let reason = |at: usize, byte: u8| {
+            let mut g = f.clone();
+            g[at] = byte;
+            judge(&g, &t, &mut Live::default(), 1).counted
+        };
+        assert_eq!(reason(20, ipv6_ext::ESP), Counted::Pass(PassReason::Ipv6Esp));
+        assert_eq!(reason(54, ipv6_ext::HOP_BY_HOP), Counted::Pass(PassReason::Ipv6ExtensionHeader));
+        assert_eq!(reason(19, 4), Counted::Pass(PassReason::BadIpv6ExtensionHeader), "payload length 4");
+        assert_eq!(reason(55, 5), Counted::Pass(PassReason::TruncatedIpv6), "48 bytes, past the frame");
+    }
+
+    #[test]
     fn every_header_cut_short_has_its_reason() {
         let syn = syn_v4();
         let t = tables(Action::Drop);
