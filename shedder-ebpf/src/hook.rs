@@ -60,21 +60,21 @@ impl Hook for TcContext {
     /// frames whose headers are whole (established flows) pay nothing.
     #[inline(always)]
     fn parse(&self) -> (Frame, Result<Syn, PassReason>) {
-        let mut pulled = false;
-        // Twice at most; a loop keeps one copy of the parser in the program.
-        loop {
-            // Read afresh each time: the pull invalidates every packet pointer.
-            let frame = self.frame();
-            let parsed = parse::parse(&frame);
-            let cut_short = matches!(parsed, Err(reason) if reason.is_truncation());
-            if pulled || !cut_short || self.len() as usize <= frame.len() {
-                return (frame, parsed);
-            }
-            let want = self.len().min(parse::HEADERS_MAX as u32);
-            // SAFETY: pulls bytes of the skb this program was handed into its linear part.
-            unsafe { bpf_skb_pull_data(self.skb.skb, want) };
-            pulled = true;
+        let frame = self.frame();
+        let parsed = parse::parse(&frame);
+        let cut_short = matches!(parsed, Err(reason) if reason.is_truncation());
+        if !cut_short || self.len() as usize <= frame.len() {
+            return (frame, parsed);
         }
+        let want = self.len().min(parse::HEADERS_MAX as u32);
+        // SAFETY: pulls bytes of the skb this program was handed into its linear part.
+        unsafe { bpf_skb_pull_data(self.skb.skb, want) };
+        // Read afresh, pulled or not: the helper invalidates every packet
+        // pointer. (Written out twice, not as a loop: Linux 6.1's verifier
+        // refuses the loop the compiler makes of it.)
+        let frame = self.frame();
+        let parsed = parse::parse(&frame);
+        (frame, parsed)
     }
 
     /// Removes the IPv4 options or IPv6 extension headers, so the TCP header
