@@ -1,9 +1,9 @@
 //! IPv6 extension headers. Linux delivers a SYN behind hop-by-hop,
 //! destination-options and routing headers, AH, and in a first fragment, so
 //! such a SYN is classified and charged like any other, and answered with a
-//! plain IPv6 + TCP RST. What cannot open a connection here (a later fragment,
-//! ESP, a longer chain than the parser walks, a length that cannot be right)
-//! passes uncharged, counted under its reason.
+//! plain IPv6 + TCP RST. What the parser cannot judge (a later fragment,
+//! ESP, a longer chain than it walks, a length that cannot be right, a header
+//! Linux delivers no TCP behind) passes uncharged, counted under its reason.
 
 use shedder_common::ipv6_ext::MAX_CHAIN;
 use shedder_tests::packets::Ipv6Ext::{self, Authentication, DestinationOptions, Esp, Fragment, HopByHop, Routing};
@@ -141,7 +141,7 @@ fn mark_rewrites_the_traffic_class_of_a_syn_behind_extension_headers() {
 }
 
 #[test]
-fn what_cannot_open_a_connection_here_passes_with_its_reason() {
+fn what_the_parser_cannot_judge_passes_with_its_reason() {
     let s = syn("v6", Net::Outside).dst_port(8000);
     let seven: Vec<_> = LONGEST.iter().copied().chain([DestinationOptions(0)]).collect();
     let l3 = s.l3_offset();
