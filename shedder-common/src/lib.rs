@@ -5,6 +5,7 @@
 //! * [`classify`]: which rule wins when several select a class, and how modes combine.
 //! * [`verdict`]: what happens to a classified SYN, given mode, action and bucket.
 //! * [`checksum`]: the Internet checksum and its incremental update.
+//! * [`ipv6_ext`]: the IPv6 extension headers walked on the way to TCP, and how long each is.
 //! * [`rewrite`]: the RST reply and the DSCP mark, byte for byte.
 //! * [`reference`] (host only): a model of the whole fast path, to test the program against.
 //! * [`watchdog`]: when the daemon's heartbeat is too old to keep shedding.
@@ -16,6 +17,7 @@
 pub mod bucket;
 pub mod checksum;
 pub mod classify;
+pub mod ipv6_ext;
 pub mod maps;
 #[cfg(any(test, feature = "user"))]
 pub mod reference;

@@ -143,6 +143,9 @@ pub enum PassReason {
     /// Any TCP segment other than a bare SYN: established flows land here.
     NotSyn,
     Ipv4Fragment,
+    /// An IPv6 extension header that does not lead to this host's TCP: the
+    /// mobility, HIP and shim6 headers, the experimental values, or a
+    /// hop-by-hop header anywhere but first.
     Ipv6ExtensionHeader,
     BadIpv4Header,
     BadTcpHeader,
@@ -155,10 +158,27 @@ pub enum PassReason {
     FailOpen,
     /// An IPv6 EtherType over a header whose version is not 6.
     BadIpv6Header,
+    /// A non-first IPv6 fragment: its fragment header says where the TCP
+    /// header is, and it is in another packet.
+    Ipv6Fragment,
+    /// An IPv6 payload behind ESP: encrypted, the TCP header cannot be read.
+    Ipv6Esp,
+    /// More IPv6 extension headers than the parser walks
+    /// ([`crate::ipv6_ext::MAX_CHAIN`]).
+    Ipv6ChainTooLong,
+    /// An IPv6 extension header whose length field cannot be right: it runs
+    /// past the payload length, or is an impossible AH length.
+    BadIpv6ExtensionHeader,
 }
 
+/// Slots of `PASS_COUNTERS`: room for reasons to come, so adding one does not
+/// change the map's layout (a changed layout cannot be taken over by a
+/// restart, see the daemon's pinning).
+pub const PASS_REASON_SLOTS: u32 = 32;
+const _: () = assert!(PassReason::COUNT <= PASS_REASON_SLOTS, "every reason needs a slot");
+
 impl PassReason {
-    pub const COUNT: u32 = 14;
+    pub const COUNT: u32 = 18;
     pub const ALL: [PassReason; Self::COUNT as usize] = [
         Self::NotIp,
         Self::NotTcp,
@@ -174,7 +194,24 @@ impl PassReason {
         Self::TruncatedTcp,
         Self::FailOpen,
         Self::BadIpv6Header,
+        Self::Ipv6Fragment,
+        Self::Ipv6Esp,
+        Self::Ipv6ChainTooLong,
+        Self::BadIpv6ExtensionHeader,
     ];
+
+    /// Whether the frame ended inside a header. Where only part of a packet is
+    /// at hand (TC sees an skb's linear part), the rest may hold it.
+    pub const fn is_truncation(self) -> bool {
+        matches!(
+            self,
+            Self::TruncatedEthernet
+                | Self::TruncatedVlan
+                | Self::TruncatedIpv4
+                | Self::TruncatedIpv6
+                | Self::TruncatedTcp
+        )
+    }
 
     /// Stable snake_case name, used in logs and metrics labels.
     pub const fn name(self) -> &'static str {
@@ -193,6 +230,10 @@ impl PassReason {
             Self::TruncatedTcp => "truncated_tcp",
             Self::FailOpen => "fail_open",
             Self::BadIpv6Header => "bad_ipv6_header",
+            Self::Ipv6Fragment => "ipv6_fragment",
+            Self::Ipv6Esp => "ipv6_esp",
+            Self::Ipv6ChainTooLong => "ipv6_chain_too_long",
+            Self::BadIpv6ExtensionHeader => "bad_ipv6_extension_header",
         }
     }
 }

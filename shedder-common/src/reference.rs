@@ -7,8 +7,9 @@
 //! field offsets as the RFCs number them, so a bounds or offset mistake in the
 //! program shows up as a disagreement. What happens *after* parsing is the
 //! shared arithmetic the program itself calls ([`pick_class`], [`charge`],
-//! [`decide`], the rewrites): the point is to check the parser and the glue,
-//! not to derive the arithmetic twice. The fail-open watchdog is modelled
+//! [`decide`], the rewrites), and so are the rules of the IPv6 extension
+//! header walk ([`ipv6_ext`]: which headers, how long): the point is to check
+//! the parser and the glue, not to derive the arithmetic twice. The fail-open watchdog is modelled
 //! too ([`is_stale`]), so a frame judged while the heartbeat is stale still agrees.
 //!
 //! The order of the checks (which reason a frame that is wrong in two ways
@@ -22,6 +23,7 @@ use alloc::{collections::BTreeMap, vec::Vec};
 use crate::{
     bucket::charge,
     classify::{RuleTarget, effective_mode, pick_class},
+    ipv6_ext::{self, HEAD_LEN, Next},
     maps::{Action, ClassConfig, GlobalConfig, MAX_CLASSES, PassReason, rule_flags},
     rewrite::{IPPROTO_TCP, SynFacts, TCP_FLAG_ACK, TCP_FLAG_SYN, dscp_of, mark_ipv4, mark_ipv6, rst_ipv4, rst_ipv6},
     verdict::{Outcome, charges_bucket, decide},
@@ -169,10 +171,6 @@ const ETHERTYPE_IPV6: u16 = 0x86dd;
 /// 802.1Q customer tag and 802.1ad service tag: one tag of either is looked through.
 const ETHERTYPE_VLAN: [u16; 2] = [0x8100, 0x88a8];
 
-/// IANA "IPv6 Extension Header Types": hop-by-hop, routing, fragment, ESP,
-/// AH, destination options, mobility, HIP, shim6, and the two experimental values.
-const IPV6_EXTENSION_HEADERS: [u8; 11] = [0, 43, 44, 50, 51, 60, 135, 139, 140, 253, 254];
-
 fn be16(bytes: &[u8]) -> u16 {
     u16::from_be_bytes([bytes[0], bytes[1]])
 }
@@ -226,18 +224,37 @@ fn parse_ipv6(frame: &[u8], l3: usize) -> Result<Syn, PassReason> {
     if header[0] >> 4 != 6 {
         return Err(PassReason::BadIpv6Header);
     }
-    let next_header = header[6];
-    if next_header != IPPROTO_TCP {
-        return Err(if IPV6_EXTENSION_HEADERS.contains(&next_header) {
-            PassReason::Ipv6ExtensionHeader
-        } else {
-            PassReason::NotTcp
-        });
-    }
+    // The payload length covers the extension headers and the TCP segment.
+    let end = l3 + 40 + usize::from(be16(&header[4..6]));
+    let l4 = extension_headers(frame, l3 + 40, end, header[6])?;
     let traffic_class = (header[0] << 4) | (header[1] >> 4);
-    let facts = parse_tcp(frame, l3 + 40, usize::from(be16(&header[4..6])))?;
+    let facts = parse_tcp(frame, l4, end - l4)?;
     let addresses = Addresses::V6(array(&header[8..24]), array(&header[24..40]));
     Ok(Syn { l3, addresses, dscp: dscp_of(traffic_class), facts })
+}
+
+/// RFC 8200 §4: the extension headers from `at`, the first of type
+/// `next_header`, up to the TCP header; returns where that starts. `end` is
+/// where the payload length says the packet ends.
+fn extension_headers(frame: &[u8], mut at: usize, end: usize, mut next_header: u8) -> Result<usize, PassReason> {
+    // `ipv6_ext::next` ends every chain by `MAX_CHAIN` headers.
+    for depth in 0.. {
+        match ipv6_ext::next(next_header, depth) {
+            Next::Tcp => return Ok(at),
+            Next::Pass(reason) => return Err(reason),
+            Next::Extension => {}
+        }
+        let head = frame.get(at..at + HEAD_LEN).ok_or(PassReason::TruncatedIpv6)?;
+        let step = ipv6_ext::step(next_header, array(head))?;
+        if frame.len() < at + step.len {
+            return Err(PassReason::TruncatedIpv6);
+        }
+        if end < at + step.len {
+            return Err(PassReason::BadIpv6ExtensionHeader);
+        }
+        (at, next_header) = (at + step.len, step.next_header);
+    }
+    unreachable!("the depth counter never runs out")
 }
 
 /// RFC 9293 §3.1. `segment_len` is what the IP header says the segment holds.
@@ -389,6 +406,36 @@ mod tests {
         assert_eq!((&e.output[0..6], &e.output[6..12]), (&wide[6..12], &wide[0..6]));
         assert_eq!(&e.output[26..30], &[10, 0, 0, 1]);
         assert_eq!(e.output[47], 0x14, "RST|ACK");
+    }
+
+    #[test]
+    fn a_syn_behind_an_extension_header_is_judged_and_answered_without_it() {
+        // IPv6 from fd09::2, a hop-by-hop header (PadN), then the SYN.
+        let mut f = alloc::vec![0u8; 14 + 40 + 8 + 20];
+        f[12..14].copy_from_slice(&ETHERTYPE_IPV6.to_be_bytes());
+        f[14] = 0x60;
+        f[18..20].copy_from_slice(&28u16.to_be_bytes());
+        f[22..24].copy_from_slice(&[0xfd, 0x09]);
+        f[37] = 2;
+        f[54..62].copy_from_slice(&[IPPROTO_TCP, 0, 1, 4, 0, 0, 0, 0]);
+        f[64..66].copy_from_slice(&8000u16.to_be_bytes());
+        f[74] = 5 << 4;
+        f[75] = TCP_FLAG_SYN;
+        let t = tables(Action::Reject);
+        let e = judge(&f, &t, &mut Live::default(), 1);
+        assert_eq!((e.verdict, e.counted), (Verdict::Reply, Counted::Class(0, Outcome::Rejected)));
+        assert_eq!(e.output.len(), 14 + 40 + 20, "a plain IPv6 + TCP reply");
+        assert_eq!(e.output[20], IPPROTO_TCP, "whose next header is TCP");
+        assert_eq!(u16::from_be_bytes([e.output[54], e.output[55]]), 8000, "from the port the SYN went to");
+        let reason = |at: usize, byte: u8| {
+            let mut g = f.clone();
+            g[at] = byte;
+            judge(&g, &t, &mut Live::default(), 1).counted
+        };
+        assert_eq!(reason(20, ipv6_ext::ESP), Counted::Pass(PassReason::Ipv6Esp));
+        assert_eq!(reason(54, ipv6_ext::HOP_BY_HOP), Counted::Pass(PassReason::Ipv6ExtensionHeader));
+        assert_eq!(reason(19, 4), Counted::Pass(PassReason::BadIpv6ExtensionHeader), "payload length 4");
+        assert_eq!(reason(55, 5), Counted::Pass(PassReason::TruncatedIpv6), "48 bytes, past the frame");
     }
 
     #[test]

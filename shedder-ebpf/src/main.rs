@@ -4,7 +4,7 @@
 //! it to a class, [`bucket`] charges the class's token bucket, [`act`] rewrites
 //! the packet for reject and mark; [`watchdog`] stops all shedding while the
 //! daemon's heartbeat is stale. The XDP and TC entry points below share all
-//! of it and differ only in how they send a reply.
+//! of it and differ only in how they reach the packet ([`hook`]) and send a reply.
 #![no_std]
 #![no_main]
 #![feature(core_intrinsics)]
@@ -15,12 +15,12 @@ mod bucket;
 mod classify;
 mod counters;
 mod frame;
+mod hook;
 mod maps;
 mod parse;
 mod watchdog;
 
 use aya_ebpf::{
-    EbpfContext,
     bindings::{TC_ACT_OK, TC_ACT_SHOT, xdp_action},
     helpers::{bpf_csum_diff, bpf_csum_update, bpf_redirect, bpf_skb_change_tail, bpf_xdp_adjust_tail},
     macros::{classifier, xdp},
@@ -33,7 +33,7 @@ use shedder_common::{
     verdict::{Outcome, charges_bucket, decide},
 };
 
-use crate::{bucket::Charge, frame::Frame};
+use crate::{bucket::Charge, frame::Frame, hook::Hook};
 
 /// What the attachment must do with the frame.
 enum Verdict {
@@ -45,9 +45,10 @@ enum Verdict {
     Reply(usize),
 }
 
+/// Judges the SYN `parsed` found in `frame`.
 #[inline(always)]
-fn admit<C: EbpfContext>(ctx: &C, frame: &Frame) -> Verdict {
-    let syn = match parse::parse(frame) {
+fn admit<H: Hook>(ctx: &H, frame: &Frame, parsed: Result<parse::Syn, PassReason>) -> Verdict {
+    let syn = match parsed {
         Ok(syn) => syn,
         Err(reason) => {
             counters::count_pass(reason);
@@ -85,17 +86,20 @@ fn admit<C: EbpfContext>(ctx: &C, frame: &Frame) -> Verdict {
         Outcome::Admitted | Outcome::WouldShed => Verdict::Pass,
         Outcome::Dropped => Verdict::Drop,
         Outcome::Marked => Verdict::PassMarked(act::mark(frame, &syn, config.mark_dscp)),
-        Outcome::Rejected => match act::write_rst(frame, &syn) {
-            Some(len) => Verdict::Reply(len),
-            None => Verdict::Drop,
-        },
+        Outcome::Rejected => {
+            ctx.prepare_reply(&syn);
+            match act::write_rst(&ctx.frame(), &syn) {
+                Some(len) => Verdict::Reply(len),
+                None => Verdict::Drop,
+            }
+        }
     }
 }
 
 #[xdp]
 pub fn shedder_xdp(ctx: XdpContext) -> u32 {
-    let frame = Frame::new(ctx.data(), ctx.data_end());
-    match admit(&ctx, &frame) {
+    let (frame, parsed) = ctx.parse();
+    match admit(&ctx, &frame, parsed) {
         Verdict::Pass | Verdict::PassMarked(_) => xdp_action::XDP_PASS,
         Verdict::Drop => xdp_action::XDP_DROP,
         Verdict::Reply(len) => {
@@ -112,8 +116,8 @@ pub fn shedder_xdp(ctx: XdpContext) -> u32 {
 
 #[classifier]
 pub fn shedder_tc(ctx: TcContext) -> i32 {
-    let frame = Frame::new(ctx.data(), ctx.data_end());
-    match admit(&ctx, &frame) {
+    let (frame, parsed) = ctx.parse();
+    match admit(&ctx, &frame, parsed) {
         Verdict::Pass | Verdict::PassMarked(None) => TC_ACT_OK,
         Verdict::PassMarked(Some(mut rewritten)) => {
             // SAFETY: both buffers are 4 readable bytes on our stack.

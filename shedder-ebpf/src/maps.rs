@@ -7,7 +7,10 @@ use aya_ebpf::{
 };
 use shedder_common::{
     classify::RuleTarget,
-    maps::{ClassConfig, ClassCounters, DSCP_SLOTS, GlobalConfig, MAX_CIDR_RULES, MAX_CLASSES, PORT_SLOTS, PassReason},
+    maps::{
+        ClassConfig, ClassCounters, DSCP_SLOTS, GlobalConfig, MAX_CIDR_RULES, MAX_CLASSES, PASS_REASON_SLOTS,
+        PORT_SLOTS,
+    },
 };
 
 #[map]
@@ -24,7 +27,7 @@ pub static BUCKETS: Array<u64> = Array::with_max_entries(MAX_CLASSES, 0);
 pub static CLASS_COUNTERS: PerCpuArray<ClassCounters> = PerCpuArray::with_max_entries(MAX_CLASSES, 0);
 
 #[map]
-pub static PASS_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(PassReason::COUNT, 0);
+pub static PASS_COUNTERS: PerCpuArray<u64> = PerCpuArray::with_max_entries(PASS_REASON_SLOTS, 0);
 
 #[map]
 pub static SRC_V4: LpmTrie<[u8; 4], RuleTarget> = LpmTrie::with_max_entries(MAX_CIDR_RULES, 0);

@@ -1,4 +1,5 @@
-//! Parse: Ethernet (with one 802.1Q tag), IPv4 or IPv6, TCP.
+//! Parse: Ethernet (with one 802.1Q tag), IPv4 or IPv6 (through a bounded
+//! chain of extension headers, see `shedder_common::ipv6_ext`), TCP.
 //!
 //! Only a bare SYN (SYN set, ACK clear) comes out as [`Syn`]; everything else
 //! is a [`PassReason`], so established flows are never charged or touched.
@@ -10,6 +11,7 @@ use network_types::{
     vlan::VlanHdr,
 };
 use shedder_common::{
+    ipv6_ext::{self, Next},
     maps::PassReason,
     rewrite::{IPPROTO_TCP, SynFacts, dscp_of},
 };
@@ -22,6 +24,11 @@ const ETH_P_8021Q: u16 = 0x8100;
 const ETH_P_8021AD: u16 = 0x88a8;
 const IPV4_FRAG_OFFSET: u16 = 0x1fff;
 
+/// The most bytes of a frame the parser reads: a tagged Ethernet header, the
+/// fixed IPv6 header, the longest extension chain walked, and a TCP header
+/// with 40 bytes of options.
+pub const HEADERS_MAX: usize = 18 + 40 + ipv6_ext::MAX_CHAIN * ipv6_ext::LONGEST_HEADER + 60;
+
 /// The SYN's addresses; the source is what CIDR rules key on.
 #[derive(Clone, Copy)]
 pub enum Addrs {
@@ -33,6 +40,9 @@ pub enum Addrs {
 pub struct Syn {
     /// Offset of the IP header.
     pub l3: usize,
+    /// Bytes between the fixed IP header and TCP: IPv4 options or IPv6
+    /// extension headers. A reply leaves them out.
+    pub ip_extra: usize,
     pub addrs: Addrs,
     pub dscp: u8,
     pub facts: SynFacts,
@@ -82,7 +92,8 @@ fn parse_ipv4(frame: &Frame, l3: usize) -> Result<Syn, PassReason> {
     // A first fragment carries the TCP header and is judged like any SYN.
     let ip_payload = (be16(ip.tot_len) as usize).saturating_sub(ihl);
     let tcp = parse_tcp(frame, l3 + ihl, ip_payload)?;
-    Ok(Syn { l3, addrs: Addrs::V4 { src: ip.src_addr, dst: ip.dst_addr }, dscp: dscp_of(ip.tos), facts: tcp })
+    let addrs = Addrs::V4 { src: ip.src_addr, dst: ip.dst_addr };
+    Ok(Syn { l3, ip_extra: ihl - Ipv4Hdr::LEN, addrs, dscp: dscp_of(ip.tos), facts: tcp })
 }
 
 #[inline(always)]
@@ -91,24 +102,44 @@ fn parse_ipv6(frame: &Frame, l3: usize) -> Result<Syn, PassReason> {
     if ip.vcf[0] >> 4 != 6 {
         return Err(PassReason::BadIpv6Header);
     }
-    if ip.next_hdr != IPPROTO_TCP {
-        return Err(if is_extension_header(ip.next_hdr) {
-            PassReason::Ipv6ExtensionHeader
-        } else {
-            PassReason::NotTcp
-        });
-    }
-    let tcp = parse_tcp(frame, l3 + Ipv6Hdr::LEN, be16(ip.payload_len) as usize)?;
+    let (l4, segment_len) = walk_extensions(frame, l3 + Ipv6Hdr::LEN, ip.next_hdr, be16(ip.payload_len) as usize)?;
+    let tcp = parse_tcp(frame, l4, segment_len)?;
     let traffic_class = (ip.vcf[0] << 4) | (ip.vcf[1] >> 4);
-    Ok(Syn { l3, addrs: Addrs::V6 { src: ip.src_addr, dst: ip.dst_addr }, dscp: dscp_of(traffic_class), facts: tcp })
+    let addrs = Addrs::V6 { src: ip.src_addr, dst: ip.dst_addr };
+    Ok(Syn { l3, ip_extra: l4 - l3 - Ipv6Hdr::LEN, addrs, dscp: dscp_of(traffic_class), facts: tcp })
 }
 
-/// IPv6 next-header values that announce an extension header (RFC 8200 §4,
-/// plus the mobility, HIP and shim6 headers that followed it, and the two
-/// experimental values RFC 3692 reserves: IANA's list of extension headers).
+/// Steps over the extension headers from `off` (right after the fixed IPv6
+/// header, whose next header is `next_header`) to the TCP header: its offset,
+/// and the bytes of the payload length left from there.
 #[inline(always)]
-fn is_extension_header(next: u8) -> bool {
-    matches!(next, 0 | 43 | 44 | 50 | 51 | 60 | 135 | 139 | 140 | 253 | 254)
+fn walk_extensions(
+    frame: &Frame,
+    mut off: usize,
+    mut next_header: u8,
+    payload_len: usize,
+) -> Result<(usize, usize), PassReason> {
+    let end = off + payload_len;
+    // One pass more than the headers walked, to judge the one after the last.
+    for depth in 0..=ipv6_ext::MAX_CHAIN {
+        match ipv6_ext::next(next_header, depth) {
+            Next::Tcp => return Ok((off, end - off)),
+            Next::Pass(reason) => return Err(reason),
+            Next::Extension => {}
+        }
+        let head = frame.read(off).ok_or(PassReason::TruncatedIpv6)?;
+        let step = ipv6_ext::step(next_header, head)?;
+        if off + step.len > frame.len() {
+            return Err(PassReason::TruncatedIpv6);
+        }
+        if off + step.len > end {
+            return Err(PassReason::BadIpv6ExtensionHeader);
+        }
+        off += step.len;
+        next_header = step.next_header;
+    }
+    // `next` ends the chain at MAX_CHAIN; the verifier needs a way out all the same.
+    Err(PassReason::Ipv6ChainTooLong)
 }
 
 #[inline(always)]

@@ -99,7 +99,7 @@ fn parse_mac(text: &str) -> anyhow::Result<[u8; 6]> {
 
 /// An AF_PACKET raw socket bound to `iface` for sending only (protocol 0:
 /// it receives nothing), with the qdisc bypassed.
-fn packet_socket(iface: &str) -> anyhow::Result<(OwnedFd, libc::sockaddr_ll)> {
+pub fn packet_socket(iface: &str) -> anyhow::Result<(OwnedFd, libc::sockaddr_ll)> {
     let name = std::ffi::CString::new(iface).context("interface name")?;
     // SAFETY: a NUL-terminated name; if_nametoindex only reads it.
     let ifindex = unsafe { libc::if_nametoindex(name.as_ptr()) };

@@ -1,15 +1,17 @@
 //! Random frames for differential fuzzing of the fast path: well-formed
-//! frames with every field drawn at random ([`structured`]), the same
-//! frames damaged ([`mutate`]: bit flips, cuts, lying length fields, swapped
-//! type fields), and plain noise ([`noise`]).
+//! frames with every field drawn at random ([`structured`]), IPv6 ones
+//! behind chains of extension headers, the same frames damaged ([`mutate`]:
+//! bit flips, cuts, lying length fields, swapped type fields), and plain
+//! noise ([`noise`]).
 //!
 //! Addresses, ports and DSCPs are drawn partly from [`Targets`], the values a
 //! test's rules match, so classification is exercised, not only parsing.
 
 use rand::{Rng, RngExt};
+use shedder_common::ipv6_ext::{self, HEAD_LEN, MAX_CHAIN, Next};
 
 use crate::packets::{
-    ACK, CLIENT_V4, CLIENT_V6, ETH_LEN, FIN, PSH, RST, SERVER_V4, SERVER_V6, SYN, TcpFrame, VLAN_LEN,
+    ACK, CLIENT_V4, CLIENT_V6, ETH_LEN, FIN, IPV6_LEN, Ipv6Ext, PSH, RST, SERVER_V4, SERVER_V6, SYN, TcpFrame, VLAN_LEN,
 };
 
 /// Values the rules under test match: drawn often, so frames hit them.
@@ -67,6 +69,40 @@ fn source<const N: usize>(rng: &mut impl Rng, networks: &[[u8; N]], client: [u8;
     }
 }
 
+/// One extension header: mostly one that Linux walks to TCP; sometimes a
+/// later fragment, ESP, or (after the first) a hop-by-hop header out of
+/// place. Options headers take at most `max_units` 8-byte units beyond the first.
+fn extension(rng: &mut impl Rng, first: bool, max_units: u8) -> Ipv6Ext {
+    let units = if rng.random_bool(0.9) { rng.random_range(0..4) } else { rng.random_range(0..=max_units) };
+    match rng.random_range(0..20) {
+        0..=5 if first => Ipv6Ext::HopByHop(units),
+        0 => Ipv6Ext::HopByHop(units),
+        1..=5 => Ipv6Ext::DestinationOptions(units),
+        6..=8 => Ipv6Ext::Routing,
+        9..=11 => Ipv6Ext::Fragment { offset: 0, more: rng.random() },
+        12 => Ipv6Ext::Fragment { offset: rng.random_range(1..1 << 13), more: rng.random() },
+        13..=18 => Ipv6Ext::Authentication,
+        _ => Ipv6Ext::Esp,
+    }
+}
+
+/// A chain of extension headers: mostly one or two, sometimes as many as the
+/// parser walks, or one more. Together they stay near the longest one header
+/// can be (2 KiB), so the frame stays within one page: a test run hands the
+/// program a longer one only in part (as XDP fragments), which the host
+/// reference does not model.
+fn extension_chain(rng: &mut impl Rng) -> Vec<Ipv6Ext> {
+    let len = match rng.random_range(0..10) {
+        0..=4 => 1,
+        5 | 6 => 2,
+        7 => rng.random_range(3..MAX_CHAIN),
+        8 => MAX_CHAIN,
+        _ => MAX_CHAIN + 1,
+    };
+    let max_units = (u8::MAX as usize / len) as u8;
+    (0..len).map(|i| extension(rng, i == 0, max_units)).collect()
+}
+
 /// TCP flags: mostly a bare SYN, often a SYN with company, sometimes anything.
 fn flags(rng: &mut impl Rng) -> u8 {
     match rng.random_range(0..10) {
@@ -108,7 +144,9 @@ pub fn structured(rng: &mut impl Rng, targets: &Targets) -> Vec<u8> {
     if rng.random_bool(0.2) {
         f.ipv4_options = options(rng);
     }
-    f.ipv6_hop_by_hop = rng.random_bool(0.05);
+    if rng.random_bool(0.3) {
+        f.ipv6_extensions = extension_chain(rng);
+    }
     f.udp = rng.random_bool(0.05);
     f.src_port = rng.random();
     f.dst_port = match pick(rng, &targets.dst_ports) {
@@ -165,13 +203,32 @@ fn l3_of(frame: &[u8]) -> usize {
 }
 
 /// Where the TCP header would start: after the IPv4 header its IHL claims,
-/// or after the fixed IPv6 header.
+/// or after the IPv6 header and its extension headers.
 fn l4_of(frame: &[u8]) -> usize {
     let l3 = l3_of(frame);
     match frame.get(l3) {
         Some(first) if first >> 4 == 4 => l3 + usize::from(first & 0x0f) * 4,
-        _ => l3 + 40,
+        _ => *ipv6_extensions_of(frame, l3).last().expect("the chain's end is always there"),
     }
+}
+
+/// Where each IPv6 extension header starts, as far as the walk goes, and
+/// last where the chain ends.
+fn ipv6_extensions_of(frame: &[u8], l3: usize) -> Vec<usize> {
+    let mut at = vec![l3 + IPV6_LEN];
+    let Some(&first) = frame.get(l3 + 6) else { return at };
+    let mut next_header = first;
+    for depth in 0..MAX_CHAIN {
+        let here = at[at.len() - 1];
+        let Some(head) = frame.get(here..here + HEAD_LEN) else { break };
+        if ipv6_ext::next(next_header, depth) != Next::Extension {
+            break;
+        }
+        let Ok(step) = ipv6_ext::step(next_header, head.try_into().expect("HEAD_LEN bytes")) else { break };
+        at.push(here + step.len);
+        next_header = step.next_header;
+    }
+    at
 }
 
 /// Writes `bytes` at `at`, as far as the frame reaches.
@@ -191,7 +248,10 @@ pub fn mutate(rng: &mut impl Rng, frame: &mut Vec<u8>) {
         let reach = if rng.random_bool(0.8) { len.min(80) } else { len };
         let at = rng.random_range(0..reach);
         let (l3, l4) = (l3_of(frame), l4_of(frame));
-        match rng.random_range(0..12) {
+        // One of the IPv6 extension headers, if any (else where TCP starts).
+        let chain = ipv6_extensions_of(frame, l3);
+        let ext = chain[rng.random_range(0..chain.len())];
+        match rng.random_range(0..14) {
             0 => frame[at] ^= 1 << rng.random_range(0..8),
             1 => frame[at] = rng.random(),
             2 => frame.truncate(rng.random_range(MIN_FRAME..=len)),
@@ -218,6 +278,9 @@ pub fn mutate(rng: &mut impl Rng, frame: &mut Vec<u8>) {
                 let protocol = pick(rng, &PROTOCOLS).expect("not empty");
                 put(frame, l3 + if rng.random_bool(0.5) { 9 } else { 6 }, &[protocol]);
             }
+            // An IPv6 extension header's length and next header.
+            11 => put(frame, ext + 1, &[rng.random()]),
+            12 => put(frame, ext, &[pick(rng, &PROTOCOLS).expect("not empty")]),
             // IPv4 flags and fragment offset.
             _ => put(frame, l3 + 6, &rng.random::<u16>().to_be_bytes()),
         }

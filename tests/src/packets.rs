@@ -11,12 +11,13 @@
 //! let ack = TcpFrame::v6_default().ack().build();
 //! ```
 //!
-//! The few frames etherparse refuses to write (IHL below 5, ARP in 0.16) are
-//! patched or spelled out by hand, and say so.
+//! The few frames etherparse refuses to write (IHL below 5, ARP in 0.16) or
+//! writes wrong (0.16's IPv6 fragment header) are patched or spelled out by
+//! hand, and say so.
 
 use etherparse::{
-    EtherType, Ethernet2Header, IpFragOffset, IpNumber, Ipv4Dscp, Ipv4Ecn, Ipv4Header, Ipv4Options, Ipv6FlowLabel,
-    Ipv6Header, Ipv6RawExtHeader, SingleVlanHeader, TcpHeader, TcpOptions, UdpHeader, VlanId, VlanPcp,
+    EtherType, Ethernet2Header, IpAuthHeader, IpFragOffset, IpNumber, Ipv4Dscp, Ipv4Ecn, Ipv4Header, Ipv4Options,
+    Ipv6FlowLabel, Ipv6Header, Ipv6RawExtHeader, SingleVlanHeader, TcpHeader, TcpOptions, UdpHeader, VlanId, VlanPcp,
 };
 
 pub const FIN: u8 = 0x01;
@@ -65,6 +66,104 @@ impl Ip {
     }
 }
 
+/// An IPv6 extension header between the fixed header and TCP (or UDP).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ipv6Ext {
+    /// Hop-by-hop options filling `units` 8-byte units beyond the first.
+    HopByHop(u8),
+    /// Destination options, filled the same way.
+    DestinationOptions(u8),
+    /// A segment routing header (type 4) listing the destination, with no
+    /// segments left: this host is where the packet ends. 24 bytes.
+    Routing,
+    /// A fragment header: the offset in 8-byte units, and the M flag.
+    Fragment { offset: u16, more: bool },
+    /// An authentication header with a 12-byte ICV (HMAC-SHA1-96's): 24 bytes.
+    Authentication,
+    /// ESP's SPI and sequence number; what follows stands for its ciphertext.
+    Esp,
+}
+
+impl Ipv6Ext {
+    /// A first fragment: offset 0, more to come. It holds the TCP header.
+    pub const FIRST_FRAGMENT: Ipv6Ext = Ipv6Ext::Fragment { offset: 0, more: true };
+
+    /// Its value in the next-header field of the header before it.
+    pub fn ip_number(self) -> IpNumber {
+        match self {
+            Ipv6Ext::HopByHop(_) => IpNumber::IPV6_HEADER_HOP_BY_HOP,
+            Ipv6Ext::DestinationOptions(_) => IpNumber::IPV6_DESTINATION_OPTIONS,
+            Ipv6Ext::Routing => IpNumber::IPV6_ROUTE_HEADER,
+            Ipv6Ext::Fragment { .. } => IpNumber::IPV6_FRAGMENTATION_HEADER,
+            Ipv6Ext::Authentication => IpNumber::AUTHENTICATION_HEADER,
+            Ipv6Ext::Esp => IpNumber::ENCAPSULATING_SECURITY_PAYLOAD,
+        }
+    }
+
+    /// Its bytes, followed by a header of type `next`; `dst` is the packet's destination.
+    pub fn to_bytes(self, next: IpNumber, dst: [u8; 16]) -> Vec<u8> {
+        match self {
+            Ipv6Ext::HopByHop(units) | Ipv6Ext::DestinationOptions(units) => {
+                Ipv6RawExtHeader::new_raw(next, &options_filling(6 + 8 * usize::from(units)))
+                    .unwrap()
+                    .to_bytes()
+                    .to_vec()
+            }
+            Ipv6Ext::Routing => {
+                // Type 4, segments left 0, last entry 0, flags, tag; then the one segment.
+                let mut body = vec![4, 0, 0, 0, 0, 0];
+                body.extend_from_slice(&dst);
+                Ipv6RawExtHeader::new_raw(next, &body).unwrap().to_bytes().to_vec()
+            }
+            // Spelled out: etherparse 0.16 puts the offset's low bits and M in
+            // the wrong places (fixed in 0.20). RFC 8200 §4.5: the offset is
+            // the upper 13 bits of bytes 2..4, M the lowest; identification last.
+            Ipv6Ext::Fragment { offset, more } => {
+                assert!(offset < 1 << 13, "offset fits 13 bits");
+                let mut header = vec![next.0, 0];
+                header.extend_from_slice(&((offset << 3) | u16::from(more)).to_be_bytes());
+                header.extend_from_slice(&0x5eed_u32.to_be_bytes());
+                header
+            }
+            Ipv6Ext::Authentication => IpAuthHeader::new(next, 0x100, 1, &[0xa5; 12]).unwrap().to_bytes().to_vec(),
+            // etherparse writes no ESP: SPI 0x100, sequence number 1.
+            Ipv6Ext::Esp => vec![0, 0, 1, 0, 0, 0, 0, 1],
+        }
+    }
+
+    /// Its length in bytes.
+    pub fn header_len(self) -> usize {
+        match self {
+            Ipv6Ext::HopByHop(units) | Ipv6Ext::DestinationOptions(units) => 8 * (usize::from(units) + 1),
+            Ipv6Ext::Routing | Ipv6Ext::Authentication => 24,
+            Ipv6Ext::Fragment { .. } | Ipv6Ext::Esp => 8,
+        }
+    }
+}
+
+/// `len` bytes of options (RFC 8200 §4.2) as Linux accepts them: options of
+/// the experimental type 0x1e, which a receiver skips, then PadN (Linux
+/// refuses more than 7 bytes of padding in a row), or Pad1 for a last byte.
+fn options_filling(len: usize) -> Vec<u8> {
+    const EXPERIMENTAL_SKIP: u8 = 0x1e;
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        let left = len - out.len();
+        let (kind, size) = match left {
+            1 => {
+                out.push(0);
+                continue;
+            }
+            2..=7 => (1, left),
+            // At most 2 + 255 bytes, and never a single byte left behind.
+            _ => (EXPERIMENTAL_SKIP, if left == 258 { 256 } else { left.min(257) }),
+        };
+        out.extend_from_slice(&[kind, (size - 2) as u8]);
+        out.resize(out.len() + size - 2, 0);
+    }
+    out
+}
+
 /// One Ethernet frame with IPv4/IPv6 and TCP, described field by field.
 ///
 /// Fields are public so a test can read back what it built (the expected RST
@@ -93,8 +192,8 @@ pub struct TcpFrame {
     pub ihl_override: Option<u8>,
     /// Overrides the TCP data offset nibble after serialising (etherparse cannot write one below 5).
     pub data_offset_override: Option<u8>,
-    /// IPv6 only: put a hop-by-hop options header between IPv6 and TCP.
-    pub ipv6_hop_by_hop: bool,
+    /// IPv6 only: extension headers between the fixed header and TCP, in order.
+    pub ipv6_extensions: Vec<Ipv6Ext>,
     pub flow_label: u32,
     /// A UDP datagram on the same ports instead of a TCP segment.
     pub udp: bool,
@@ -145,7 +244,7 @@ impl TcpFrame {
             fragment_offset: 0,
             ihl_override: None,
             data_offset_override: None,
-            ipv6_hop_by_hop: false,
+            ipv6_extensions: Vec::new(),
             flow_label: 0,
             udp: false,
             src_port: 40_000,
@@ -230,8 +329,14 @@ impl TcpFrame {
         self
     }
 
-    pub fn hop_by_hop(mut self) -> Self {
-        self.ipv6_hop_by_hop = true;
+    /// An 8-byte hop-by-hop options header, the smallest there is.
+    pub fn hop_by_hop(self) -> Self {
+        self.ipv6_ext(Ipv6Ext::HopByHop(0))
+    }
+
+    /// Appends an extension header to the chain.
+    pub fn ipv6_ext(mut self, ext: Ipv6Ext) -> Self {
+        self.ipv6_extensions.push(ext);
         self
     }
 
@@ -313,7 +418,7 @@ impl TcpFrame {
         self.l3_offset()
             + match self.ip {
                 Ip::V4 { .. } => IPV4_LEN + self.ipv4_options.len(),
-                Ip::V6 { .. } => IPV6_LEN + if self.ipv6_hop_by_hop { 8 } else { 0 },
+                Ip::V6 { .. } => IPV6_LEN + self.ipv6_extensions.iter().map(|e| e.header_len()).sum::<usize>(),
             }
     }
 
@@ -401,24 +506,23 @@ impl TcpFrame {
                         UdpHeader::with_ipv6_checksum(self.src_port, self.dst_port, &ip, &self.payload).unwrap()
                     },
                 );
-                // PadN filling the 6 bytes an 8-byte hop-by-hop header has room for.
-                let hop_by_hop = self
-                    .ipv6_hop_by_hop
-                    .then(|| Ipv6RawExtHeader::new_raw(l4_proto, &[1, 4, 0, 0, 0, 0]).unwrap().to_bytes());
-                let ext_len = hop_by_hop.as_ref().map_or(0, |h| h.len());
+                // Each header names the one after it; the last names TCP (or UDP).
+                let mut extensions = Vec::new();
+                for (i, ext) in self.ipv6_extensions.iter().enumerate() {
+                    let next = self.ipv6_extensions.get(i + 1).map_or(l4_proto, |e| e.ip_number());
+                    extensions.extend(ext.to_bytes(next, dst));
+                }
                 let ip = Ipv6Header {
                     traffic_class: (self.dscp << 2) | (self.ecn & 0b11),
                     flow_label: Ipv6FlowLabel::try_new(self.flow_label).expect("flow label fits 20 bits"),
-                    payload_length: (ext_len + l4.len()) as u16,
-                    next_header: if hop_by_hop.is_some() { IpNumber::IPV6_HEADER_HOP_BY_HOP } else { l4_proto },
+                    payload_length: (extensions.len() + l4.len()) as u16,
+                    next_header: self.ipv6_extensions.first().map_or(l4_proto, |e| e.ip_number()),
                     hop_limit: self.ttl,
                     source: src,
                     destination: dst,
                 };
                 out.extend_from_slice(&ip.to_bytes());
-                if let Some(h) = hop_by_hop {
-                    out.extend_from_slice(&h);
-                }
+                out.extend_from_slice(&extensions);
                 out.extend_from_slice(&l4);
             }
         }
@@ -524,6 +628,52 @@ mod tests {
     }
 
     #[test]
+    fn extension_headers_parse_back_in_order_and_lead_to_tcp() {
+        use Ipv6Ext::*;
+        // The order RFC 8200 §4.1 recommends, every header etherparse reads.
+        let chain = [HopByHop(3), DestinationOptions(1), Routing, Ipv6Ext::FIRST_FRAGMENT, Authentication];
+        for ext in chain {
+            let f = TcpFrame::v6_default().ipv6_ext(ext).payload(b"tfo");
+            let b = f.build();
+            assert_eq!(b.len(), f.l4_offset() + TCP_LEN + 3, "{ext:?}");
+            assert_eq!(b[f.l3_offset() + 6], ext.ip_number().0, "{ext:?}: the fixed header names it");
+            assert_eq!(u16::from_be_bytes([b[f.l4_offset()], b[f.l4_offset() + 1]]), 40_000, "{ext:?}");
+        }
+        // An atomic fragment in place of the first one: etherparse reads no TCP in a fragment.
+        let atomic = chain.map(|e| if e == Ipv6Ext::FIRST_FRAGMENT { Fragment { offset: 0, more: false } } else { e });
+        let f = atomic.iter().fold(TcpFrame::v6_default(), |f, e| f.ipv6_ext(*e)).ipv6_ext(DestinationOptions(0));
+        let b = f.build();
+        let p = SlicedPacket::from_ethernet(&b).unwrap();
+        let Some(NetSlice::Ipv6(ip)) = &p.net else { panic!("no IPv6") };
+        assert_eq!(ip.extensions().slice().len(), f.l4_offset() - f.l3_offset() - IPV6_LEN);
+        assert_eq!(usize::from(ip.header().payload_length()), b.len() - f.l3_offset() - IPV6_LEN);
+        let Some(TransportSlice::Tcp(tcp)) = p.transport else { panic!("no TCP behind the chain") };
+        let sum = tcp.to_header().calc_checksum_ipv6(&ip.header().to_header(), tcp.payload()).unwrap();
+        assert_eq!(tcp.checksum(), sum);
+        assert_eq!(HopByHop(255).to_bytes(IpNumber::TCP, SERVER_V6).len(), 2048);
+        let esp = TcpFrame::v6_default().ipv6_ext(Esp).build();
+        assert_eq!(esp[ETH_LEN + 6], 50);
+        assert_eq!(esp.len(), ETH_LEN + IPV6_LEN + 8 + TCP_LEN);
+    }
+
+    #[test]
+    fn options_fill_exactly_and_pad_no_more_than_linux_accepts() {
+        for units in 0..=255 {
+            let len = 6 + 8 * units;
+            let options = options_filling(len);
+            // Walk the options: Linux refuses more than 7 bytes of Pad1/PadN in a row.
+            let (mut at, mut padding) = (0, 0);
+            while at < options.len() {
+                let size = if options[at] == 0 { 1 } else { 2 + usize::from(options[at + 1]) };
+                padding = if options[at] <= 1 { padding + size } else { 0 };
+                assert!(padding <= 7, "{units} units: {padding} bytes of padding at {at}");
+                at += size;
+            }
+            assert_eq!(at, len, "{units} units: the options end where the header does");
+        }
+    }
+
+    #[test]
     fn special_frames_have_the_defect_they_promise() {
         let b = TcpFrame::v4_default().ihl(3).build();
         assert_eq!(b[ETH_LEN], 0x43);
@@ -531,6 +681,11 @@ mod tests {
         assert_eq!(u16::from_be_bytes([b[ETH_LEN + 6], b[ETH_LEN + 7]]), 185);
         let b = TcpFrame::v4_default().first_fragment().build();
         assert_eq!(u16::from_be_bytes([b[ETH_LEN + 6], b[ETH_LEN + 7]]), 0x2000);
+        // RFC 8200 §4.5 by hand: offset in the upper 13 bits, M the lowest bit.
+        let fragment = |ext: Ipv6Ext| ext.to_bytes(IpNumber::TCP, SERVER_V6)[2..4].to_vec();
+        assert_eq!(fragment(Ipv6Ext::FIRST_FRAGMENT), [0x00, 0x01]);
+        assert_eq!(fragment(Ipv6Ext::Fragment { offset: 185, more: false }), [0x05, 0xc8]);
+        assert_eq!(fragment(Ipv6Ext::Fragment { offset: 8191, more: true }), [0xff, 0xf9]);
         let b = TcpFrame::v6_default().udp().build();
         assert_eq!(b[ETH_LEN + 6], 17);
         assert_eq!(arp_request(CLIENT_MAC, CLIENT_V4, SERVER_V4).len(), ETH_LEN + 28);

@@ -1,5 +1,6 @@
 //! Differential fuzzing of the fast path: random, damaged and noise frames
-//! (`shedder_tests::frame_fuzz`) through the real XDP and TC programs with
+//! (`shedder_tests::frame_fuzz`; IPv6 ones also behind chains of extension
+//! headers) through the real XDP and TC programs with
 //! `BPF_PROG_TEST_RUN`, each judged also by the host reference
 //! (`shedder_common::reference`, which parses independently of the program).
 //! Every frame must get the reference's verdict and leave the reference's
@@ -12,7 +13,7 @@
 
 use std::time::Instant;
 
-use etherparse::{IpNumber, LaxNetSlice, LaxSlicedPacket, TcpSlice};
+use etherparse::{IpNumber, Ipv6ExtensionSlice, LaxIpv6Slice, LaxNetSlice, LaxSlicedPacket, TcpSlice};
 use rand::{RngExt, SeedableRng, rngs::SmallRng};
 use shedder_common::{maps::PassReason, reference::Verdict};
 use shedder_daemon::{
@@ -282,15 +283,29 @@ impl Knobs {
 
 /// Whether an independent parser (etherparse, lax about lengths) reads
 /// `frame` as a bare TCP SYN (SYN set, ACK clear) the program may judge:
-/// IPv4 or IPv6 with the TCP header in this packet (a first fragment holds it).
+/// IPv4 or IPv6, through any IPv6 extension headers, with the TCP header in
+/// this packet (a first fragment holds it).
 fn independently_a_bare_syn(frame: &[u8]) -> bool {
     let Ok(packet) = LaxSlicedPacket::from_ethernet(frame) else { return false };
     let payload = match &packet.net {
         Some(LaxNetSlice::Ipv4(ip)) if ip.header().fragments_offset().value() == 0 => ip.payload(),
-        Some(LaxNetSlice::Ipv6(ip)) => ip.payload(),
+        Some(LaxNetSlice::Ipv6(ip)) if !ipv6_later_fragment(ip) => ip.payload(),
         _ => return false,
     };
     payload.ip_number == IpNumber::TCP && TcpSlice::from_slice(payload.payload).is_ok_and(|tcp| tcp.syn() && !tcp.ack())
+}
+
+/// Whether an IPv6 packet is a fragment other than the first. The offset is
+/// read here (RFC 8200 §4.5: the upper 13 bits of bytes 2..4), as etherparse
+/// 0.16 decodes it from the wrong bits.
+fn ipv6_later_fragment(ip: &LaxIpv6Slice) -> bool {
+    ip.extensions().clone().into_iter().any(|ext| match ext {
+        Ipv6ExtensionSlice::Fragment(fragment) => {
+            let bytes = fragment.slice();
+            u16::from_be_bytes([bytes[2], bytes[3]]) >> 3 != 0
+        }
+        _ => false,
+    })
 }
 
 /// How one campaign went, for the failure message and the log.
