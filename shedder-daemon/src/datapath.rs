@@ -30,6 +30,7 @@ use tracing::{info, warn};
 use crate::{
     clock::monotonic_ns,
     config::Plan,
+    lock::ExclusiveLock,
     pin::{PINNED_MAPS, PinDir},
 };
 use slots::SlotOwners;
@@ -118,6 +119,8 @@ struct Applied {
 /// A datapath whose maps (and link, where it has one) are pinned.
 struct Pinning {
     dir: PinDir,
+    /// Held for the datapath's life: no other daemon drives these maps.
+    _lock: ExclusiveLock,
     /// The maps came from a previous run: the first apply starts from what
     /// they hold instead of from nothing.
     taken_over: bool,
@@ -167,6 +170,7 @@ impl Datapath {
     /// another kind, are refused before anything is loaded or written.
     pub fn load_pinned(dir: PinDir, kind: AttachKind) -> anyhow::Result<Self> {
         let created = dir.prepare()?;
+        let lock = dir.lock()?;
         if let Some((attachment, path)) = dir.pinned_link()
             && attachment.kind() != kind
         {
@@ -185,7 +189,7 @@ impl Datapath {
             loader.map_pin_path(name, path.as_path());
         }
         // From here on, dropping `pinning` removes a directory this run made.
-        let pinning = Pinning { dir, taken_over, created, attached: false, link_pinned: false };
+        let pinning = Pinning { dir, _lock: lock, taken_over, created, attached: false, link_pinned: false };
         let ebpf = loader.load(OBJECT).with_context(|| {
             format!("loading the shedder eBPF object with maps in {}", pinning.dir.path().display())
         })?;
@@ -494,10 +498,10 @@ impl Datapath {
             .zip(slot_of)
             .map(|((name, config), slot)| {
                 let mut total = ClassCounters::default();
-                for cpu in counters.get(&slot, 0)?.iter() {
+                for cpu in counters.get(slot, 0)?.iter() {
                     total.add(cpu);
                 }
-                let tat = buckets.get(&slot, 0)?;
+                let tat = buckets.get(slot, 0)?;
                 Ok(ClassSnapshot {
                     name: name.clone(),
                     counters: total,

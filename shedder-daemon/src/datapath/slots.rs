@@ -148,7 +148,8 @@ mod tests {
 
     #[test]
     fn placing_points_rules_and_the_default_at_slots() {
-        let mut plan = Plan { class_names: names(&["a", "b"]), classes: vec![Default::default(); 2], ..Plan::default() };
+        let mut plan =
+            Plan { class_names: names(&["a", "b"]), classes: vec![Default::default(); 2], ..Plan::default() };
         plan.global.default_class = 1;
         plan.dst_ports.insert(80, target_for(0));
         plan.dscp.insert(8, target_for(1));
