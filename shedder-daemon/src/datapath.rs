@@ -3,6 +3,7 @@
 
 mod inherit;
 mod slots;
+mod xdp_query;
 
 use std::{collections::BTreeMap, fmt, path::Path};
 
@@ -263,6 +264,18 @@ impl Datapath {
         attachment
     }
 
+    /// Whether this datapath's program is the one on `iface` as `attachment`:
+    /// `None` where that cannot be asked (TC, once the capabilities to query
+    /// it are dropped).
+    pub fn program_attached_to(&self, iface: &str, attachment: Attachment) -> Option<bool> {
+        if attachment.kind() != AttachKind::Xdp {
+            return None;
+        }
+        let ours = self.xdp().info().ok()?.id();
+        let ifindex = nix::net::if_::if_nametoindex(iface).ok()?;
+        Some(xdp_query::attached_program(ifindex).ok()? == Some(ours))
+    }
+
     /// The pin directory, when the program stays attached after the daemon exits.
     pub fn pinned_link_dir(&self) -> Option<&Path> {
         self.pinning.as_ref().filter(|p| p.link_pinned).map(|p| p.dir.path())
@@ -283,8 +296,15 @@ impl Datapath {
                 match xdp.attach(iface, XdpMode::Driver) {
                     Ok(id) => Ok((Attachment::XdpNative, NewLink::Xdp(id))),
                     Err(native) => {
-                        let id = xdp.attach(iface, XdpMode::Skb).with_context(|| {
-                            format!("attaching XDP to {iface}: native mode failed ({native}), generic mode too")
+                        let id = xdp.attach(iface, XdpMode::Skb).map_err(|generic| match other_xdp_program(iface) {
+                            Some(id) => anyhow!(
+                                "another XDP program is attached to {iface} (id {id}); detach it first \
+                                     (`ip link set dev {iface} xdp off`, or `shedder detach` if it is a pinned \
+                                     shedder), or use --attach tc"
+                            ),
+                            None => anyhow!(generic).context(format!(
+                                "attaching XDP to {iface}: native mode failed ({native}), generic mode too"
+                            )),
                         })?;
                         Ok((Attachment::XdpGeneric, NewLink::Xdp(id)))
                     }
@@ -589,6 +609,12 @@ fn is_defunct(error: &anyhow::Error) -> bool {
         error.downcast_ref::<ProgramError>(),
         Some(ProgramError::SyscallError(SyscallError { io_error, .. })) if io_error.raw_os_error() == Some(libc::ENOLINK)
     )
+}
+
+/// The id of an XDP program already on `iface`, when there is one.
+fn other_xdp_program(iface: &str) -> Option<u32> {
+    let ifindex = nix::net::if_::if_nametoindex(iface).ok()?;
+    xdp_query::attached_program(ifindex).ok().flatten()
 }
 
 /// Whether aya attached TC through TCX (kernels >= 6.6) rather than clsact.

@@ -15,6 +15,7 @@ use shedder_daemon::{
     control_loop::ControlLoop,
     daemon::{Daemon, DaemonHandle},
     datapath::{AttachKind, Datapath},
+    hook_watch::HookChange,
     listen, metrics,
     pin::{self, PinDir},
     privilege, report,
@@ -26,6 +27,9 @@ use tokio::{
     time::MissedTickBehavior,
 };
 use tracing::{info, warn};
+
+/// How often the daemon looks whether its program is still attached.
+const HOOK_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Parser)]
 #[command(name = "shedder", version, about = "Admission control for new connections at the NIC")]
@@ -134,10 +138,11 @@ fn main() -> anyhow::Result<()> {
             let config = load_config(config.as_ref())?;
             let plan = config.plan().context("invalid config")?;
             config.control().context("invalid config")?;
-            for (name, class) in plan.class_names.iter().zip(&plan.classes) {
-                println!("{name}: {class:?}");
-            }
-            println!("{:?}", plan.global);
+            // The config as the daemon will run it, defaults filled in, in
+            // the file's own words.
+            let rules = plan.src_v4.len() + plan.src_v6.len() + plan.dst_ports.len() + plan.dscp.len();
+            println!("# valid: {} classes, {rules} rules", plan.classes.len());
+            print!("{}", toml::to_string_pretty(&config).context("printing the config")?);
             Ok(())
         }
         Command::Ctl(args) => std::process::exit(api::ctl::run(&args)),
@@ -266,6 +271,8 @@ async fn run(
     info!(addr = %metrics_addr, "serving /metrics");
 
     let mut report = tokio::time::interval(report_every);
+    let mut watch = tokio::time::interval(HOOK_CHECK_EVERY);
+    let mut interface_returned = false;
     let mut tick = tokio::time::interval(tick_every);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     report.tick().await;
@@ -278,6 +285,14 @@ async fn run(
                 Err(e) => warn!("SIGHUP: not reloaded, nothing changed: {e}"),
             },
             _ = report.tick() => log_counters(daemon.control().datapath()),
+            _ = watch.tick() => match daemon.check_hook() {
+                HookChange::Lost => warn!(iface, "not enforcing: {}", daemon.hook_problem().unwrap_or_default()),
+                HookChange::Returned => {
+                    interface_returned = true;
+                    break;
+                }
+                HookChange::Unchanged => {}
+            },
             _ = tick.tick() => {
                 if let Err(e) = daemon.tick() {
                     warn!("controller tick: {e:#}");
@@ -297,6 +312,13 @@ async fn run(
     match pinned {
         Some(dir) => info!(iface, pinned = dir, "exiting; the fast path stays attached (`shedder detach` removes it)"),
         None => info!(iface, "detached; exiting"),
+    }
+    if interface_returned {
+        // Attaching takes the capabilities the daemon dropped; a restart has them.
+        anyhow::bail!(
+            "interface {iface} is back after it was gone: exiting so that a restart attaches to it (the unit \
+             restarts on failure; pinned maps keep their state)"
+        );
     }
     Ok(())
 }

@@ -232,6 +232,14 @@ pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
     registry.register("shedder_estimator_version", "Version of the estimators' parameters", estimator);
     registry.register("shedder_config_version", "Version of the configuration in force", config);
 
+    let attached = Gauge::<i64>::default();
+    attached.set(i64::from(daemon.hook_problem().is_none()));
+    registry.register(
+        "shedder_attached",
+        "1 while the fast path is on its interface; 0 once the interface is gone or the program detached",
+        attached,
+    );
+
     let mut text = String::new();
     encode(&mut text, &registry).context("encoding metrics")?;
     Ok(text)

@@ -276,3 +276,112 @@ fn idle_connections_by_the_hundred_cannot_starve_metrics_or_the_control_socket()
     let failures = log.lines().filter(|line| line.contains("accept")).count();
     assert!(failures <= 10, "{failures} accept lines: the log must not flood:\n{log}");
 }
+
+/// One HTTP/1.1 request to /metrics from inside the bed: the whole answer.
+fn http(bed: &Bed, method: &'static str) -> String {
+    bed.ns
+        .run(move || {
+            let mut stream = TcpStream::connect(METRICS.parse::<SocketAddr>().unwrap()).unwrap();
+            stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            write!(stream, "{method} /metrics HTTP/1.1\r\nhost: x\r\ncontent-length: 0\r\nconnection: close\r\n\r\n")
+                .unwrap();
+            let mut answer = String::new();
+            let _ = stream.read_to_string(&mut answer);
+            answer
+        })
+        .unwrap()
+}
+
+#[test]
+fn a_deleted_interface_is_reported_and_its_return_ends_the_daemon_for_a_restart() {
+    let bed = Bed::new("shlg");
+    let socket = bed.socket("g");
+    let mut daemon = bed.start("va", &socket, &["--no-pin"]);
+    assert_eq!(status(&socket)["attached"], true);
+    assert!(http(&bed, "GET").contains("shedder_attached 1"));
+
+    bed.ns.ip(&["link", "del", "va"]).unwrap();
+    let until = Instant::now() + START;
+    while status(&socket)["attached"] != false {
+        assert!(Instant::now() < until, "the daemon never noticed its interface was deleted");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(status(&socket)["hook_problem"].as_str().unwrap().contains("interface va is gone"));
+    assert!(http(&bed, "GET").contains("shedder_attached 0"));
+    daemon.wait_for("not enforcing: interface va is gone", START).unwrap();
+
+    // Back: the daemon exits for its service manager to start it afresh.
+    bed.ns.ip(&["link", "add", "va", "type", "veth", "peer", "name", "vb"]).unwrap();
+    let (exit, log) = daemon.exit_within(START);
+    let exit = exit.unwrap_or_else(|| panic!("the daemon should exit once va is back:\n{log}"));
+    assert!(!exit.success(), "a failure, so that Restart=on-failure restarts it:\n{log}");
+    assert!(log.contains("interface va is back"), "{log}");
+}
+
+#[test]
+fn attaching_where_another_xdp_program_is_names_it() {
+    let bed = Bed::new("shlx");
+    let first = bed.start("va", &bed.socket("x1"), &["--no-pin"]);
+    let id = bed.xdp_program("va").expect("attached");
+    let log = bed.refused(bed.second("va", &bed.socket("x2"), &["--no-pin"]));
+    assert!(log.contains(&format!("another XDP program is attached to va (id {id})")), "{log}");
+    drop(first);
+}
+
+#[test]
+fn small_things_an_operator_notices() {
+    let bed = Bed::new("shlm");
+    let socket = bed.socket("m");
+    let daemon = bed.start("va", &socket, &["--no-pin"]);
+
+    assert!(http(&bed, "GET").starts_with("HTTP/1.1 200"));
+    for method in ["POST", "PUT", "DELETE"] {
+        let answer = http(&bed, method);
+        assert!(answer.starts_with("HTTP/1.1 405"), "{method}: {answer}");
+        assert!(answer.to_lowercase().contains("allow: get"), "{method}: {answer}");
+    }
+
+    let call = |request: Value| ctl::call(&socket, &request).unwrap();
+    let empty = call(serde_json::json!({"op": "set_class", "class": "web"}));
+    assert_eq!((empty["ok"].clone(), empty["config_version"].clone()), (true.into(), 1.into()), "{empty}");
+    let line = br#"{"op":"set_class","class":"web","rate":1,"rate":1000}"#;
+    let mut stream = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    stream.write_all(line).unwrap();
+    stream.write_all(b"\n").unwrap();
+    let mut answer = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stream), &mut answer).unwrap();
+    let answer: Value = serde_json::from_str(&answer).unwrap();
+    assert_eq!(answer["error"]["code"], "bad_request", "{answer}");
+    assert!(answer["error"]["message"].as_str().unwrap().contains("\"rate\" is given twice"), "{answer}");
+    assert_eq!(status(&socket)["config_version"], 1, "nothing changed");
+
+    let ctl = |args: &[&str]| {
+        let out = Command::new(daemon_binary()).arg("ctl").arg("--socket").arg(&socket).args(args).output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    for (value, said) in [("NaN", "NaN is not a number"), ("-1", "-1 is negative"), ("inf", "inf is infinite")] {
+        let (code, _, stderr) = ctl(&["set-class", "web", &format!("--rate={value}")]);
+        assert_eq!(code, Some(2), "{value}: {stderr}");
+        assert!(stderr.contains(said), "{value}: {stderr}");
+    }
+    assert_eq!(ctl(&["set-class", "web", "--rate", "0.001"]).0, Some(0));
+    let (_, table, _) = ctl(&["status"]);
+    let web = table.lines().find(|line| line.starts_with("web")).unwrap_or_else(|| panic!("{table}"));
+    assert!(web.split_whitespace().any(|word| word == "0.001"), "the rate shows as 0.001: {web}");
+    drop(daemon);
+
+    let check = |path: &Path| Command::new(daemon_binary()).arg("check-config").arg(path).output().unwrap();
+    let out = check(&bed.config());
+    let printed = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && printed.contains("name = \"web\"") && !printed.contains("_pad"), "{printed}");
+    let huge = bed.dir.write("huge.toml", &"#".repeat(17 * 1024 * 1024)).unwrap();
+    for (path, said) in [(Path::new("/dev/zero"), "not a regular file"), (huge.as_path(), "larger than 16 MiB")] {
+        let out = check(path);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && stderr.contains(said), "{}: {stderr}", path.display());
+    }
+}
