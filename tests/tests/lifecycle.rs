@@ -385,3 +385,29 @@ fn small_things_an_operator_notices() {
         assert!(!out.status.success() && stderr.contains(said), "{}: {stderr}", path.display());
     }
 }
+
+#[test]
+fn set_rules_carries_every_cidr_rule_the_maps_hold() {
+    const PER_FAMILY: usize = shedder_common::maps::MAX_CIDR_RULES as usize;
+    let bed = Bed::new("shlc");
+    let socket = bed.socket("c");
+    let daemon = bed.start("va", &socket, &["--no-pin"]);
+    let v4 = (0..PER_FAMILY).map(|i| format!(r#"{{"class":"web","src_cidr":"10.{}.{}.0/24"}}"#, i / 256, i % 256));
+    let v6 = (0..PER_FAMILY).map(|i| format!(r#"{{"class":"web","src_cidr":"fd00:{i:x}::/32"}}"#));
+    let rules = format!("[{}]", v4.chain(v6).collect::<Vec<_>>().join(","));
+    assert!(rules.len() > 128 * 1024, "more than one argument may carry: {} bytes", rules.len());
+    let file = bed.dir.write("rules.json", &rules).unwrap();
+
+    let out = Command::new(daemon_binary())
+        .args(["ctl", "--socket"])
+        .arg(&socket)
+        .arg("set-rules")
+        .arg(format!("@{}", file.display()))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let maps = &status(&socket)["maps"];
+    assert_eq!(maps["src_v4"].as_array().unwrap().len(), PER_FAMILY);
+    assert_eq!(maps["src_v6"].as_array().unwrap().len(), PER_FAMILY);
+    drop(daemon);
+}

@@ -79,7 +79,9 @@ pub enum CtlOp {
         class: Option<String>,
     },
     /// Replace every classification rule at once; RULES is a JSON array of
-    /// rules (`[{"class": "web", "dst_port": 8000}]`).
+    /// rules (`[{"class": "web", "dst_port": 8000}]`), or @FILE to read it
+    /// from a file (one argument holds at most 128 KiB; every CIDR rule the
+    /// maps hold is about 600 KiB).
     SetRules { rules: String },
     /// Re-read the config file.
     Reload,
@@ -157,6 +159,14 @@ fn socket_of(args: &CtlArgs) -> Result<PathBuf, String> {
     }
 }
 
+/// `text`, or the contents of FILE when it is `@FILE`.
+fn argument_or_file(text: &str) -> Result<String, String> {
+    match text.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}")),
+        None => Ok(text.to_string()),
+    }
+}
+
 fn parse_action(s: &str) -> Result<ActionName, String> {
     serde_json::from_value(json!(s)).map_err(|_| format!("{s:?}: drop, reject or mark"))
 }
@@ -219,7 +229,9 @@ pub fn request(op: &CtlOp) -> Result<Value, String> {
             Some(class) => json!({"op": "set_mode", "mode": mode, "class": class}),
             None => json!({"op": "set_mode", "mode": mode}),
         },
-        CtlOp::SetRules { rules } => json!({"op": "set_rules", "rules": parse_json("RULES", rules)?}),
+        CtlOp::SetRules { rules } => {
+            json!({"op": "set_rules", "rules": parse_json("RULES", &argument_or_file(rules)?)?})
+        }
         CtlOp::Reload => json!({"op": "reload"}),
         CtlOp::Sample { samples } => json!({"op": "sample", "samples": parse_json("SAMPLES", samples)?}),
         CtlOp::Admit { class, deadline_ms, now_ms, queue_age_ms, queued_at_ms } => {
