@@ -60,18 +60,29 @@ pub struct XdpRunner {
     program: std::os::fd::OwnedFd,
 }
 
-/// `union bpf_attr` for BPF_PROG_TEST_RUN, up to the fields used.
+/// The bpf(2) command that runs a program on a frame.
+pub const BPF_PROG_TEST_RUN: libc::c_long = 10;
+
+/// `union bpf_attr` for BPF_PROG_TEST_RUN.
 #[repr(C)]
 #[derive(Default)]
-struct TestRunAttr {
-    prog_fd: u32,
-    retval: u32,
-    data_size_in: u32,
-    data_size_out: u32,
-    data_in: u64,
-    data_out: u64,
-    repeat: u32,
-    duration: u32,
+pub struct TestRunAttr {
+    pub prog_fd: u32,
+    pub retval: u32,
+    pub data_size_in: u32,
+    pub data_size_out: u32,
+    pub data_in: u64,
+    pub data_out: u64,
+    pub repeat: u32,
+    pub duration: u32,
+    pub ctx_size_in: u32,
+    pub ctx_size_out: u32,
+    pub ctx_in: u64,
+    pub ctx_out: u64,
+    pub flags: u32,
+    pub cpu: u32,
+    pub batch_size: u32,
+    pub _pad: u32,
 }
 
 impl XdpRunner {
@@ -83,7 +94,6 @@ impl XdpRunner {
     /// Runs `frame` once; the program's return code.
     pub fn run(&self, frame: &[u8]) -> anyhow::Result<u32> {
         use std::os::fd::AsRawFd as _;
-        const BPF_PROG_TEST_RUN: libc::c_long = 10;
         let mut out = vec![0u8; frame.len() + 256];
         let mut attr = TestRunAttr {
             prog_fd: self.program.as_raw_fd() as u32,
