@@ -379,19 +379,19 @@ impl Datapath {
     /// it, and a leaving class's slot is cleared only once no rule does.
     /// After taking pinned maps over, the first apply starts from what they hold.
     pub fn apply(&mut self, plan: &Plan) -> anyhow::Result<()> {
-        let inherited;
-        let (previous, owners) = match &self.applied {
-            Some(applied) => (&applied.placed, &applied.owners),
+        let applied = self.applied.take();
+        let start = match &applied {
+            Some(_) => None,
             None if self.pinning.as_ref().is_some_and(|p| p.taken_over) => {
-                inherited = inherit::pinned_contents(&self.ebpf).context("reading the pinned maps back")?;
-                (&inherited.0, &inherited.1)
+                Some(inherit::pinned_contents(&self.ebpf).context("reading the pinned maps back")?)
             }
-            None => {
-                inherited = (Plan::default(), SlotOwners::default());
-                (&inherited.0, &inherited.1)
-            }
+            None => Some((Plan::default(), SlotOwners::default())),
         };
-        let first = self.applied.is_none();
+        let (previous, owners) = match (&applied, &start) {
+            (Some(applied), _) => (&applied.placed, &applied.owners),
+            (None, Some((plan, owners))) => (plan, owners),
+            (None, None) => unreachable!("start is read when nothing was applied"),
+        };
         let layout = owners.layout(&plan.class_names);
         if !layout.reused.is_empty() {
             warn!(
@@ -402,10 +402,13 @@ impl Datapath {
             );
         }
         let placed = slots::place(plan, &layout.slot_of);
-        let (previous, owners) = (previous.clone(), owners.clone());
-        self.write_plan(first, &previous, &owners, &placed, &layout.owners)?;
-        self.applied = Some(Applied { plan: plan.clone(), slot_of: layout.slot_of, placed, owners: layout.owners });
-        Ok(())
+        let written = self.write_plan(applied.is_none(), previous, owners, &placed, &layout.owners);
+        // A failed write keeps what was applied before as the base to diff from.
+        self.applied = match written {
+            Ok(()) => Some(Applied { plan: plan.clone(), slot_of: layout.slot_of, placed, owners: layout.owners }),
+            Err(_) => applied,
+        };
+        written
     }
 
     fn write_plan(

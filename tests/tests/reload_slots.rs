@@ -72,9 +72,17 @@ fn a_new_class_starts_afresh_and_a_reordered_one_keeps_its_state() {
 const ORDERS: [&[&str]; 3] = [&["open", "closed"], &["closed", "open"], &["closed", "extra", "open"]];
 const OPEN_PORT: u16 = 9000;
 const CLOSED_PORT: u16 = 9001;
-const RELOADS: usize = 600;
 
-fn reordered(order: &[&str]) -> Plan {
+/// Rules besides the ones under test, as many as a big host has: port rules
+/// above 20000 and source CIDRs in 100.64.0.0/10, all far from the test's frames.
+fn many_rules() -> String {
+    let ports = (0..10_000).map(|i| format!("[[rule]]\nclass = \"default\"\ndst_port = {}\n", 20_000 + i));
+    let cidrs = (0..shedder_common::maps::MAX_CIDR_RULES)
+        .map(|i| format!("[[rule]]\nclass = \"default\"\nsrc_cidr = \"100.64.{}.{}/32\"\n", i / 256, i % 256));
+    ports.chain(cidrs).collect()
+}
+
+fn reordered(order: &[&str], extra: &str) -> Plan {
     let mut text = String::from("mode = \"enforce\"\ndefault_class = \"default\"\n");
     text += "[[class]]\nname = \"default\"\nrate = 1000\nburst = 100\naction = \"drop\"\n";
     for name in order {
@@ -87,12 +95,15 @@ fn reordered(order: &[&str]) -> Plan {
             "[[class]]\nname = \"{name}\"\nrate = {rate}\naction = \"reject\"\n[[rule]]\nclass = \"{name}\"\ndst_port = {port}\n"
         );
     }
+    text += extra;
     Config::parse(&text).unwrap().plan().unwrap()
 }
 
-#[test]
-fn reloads_that_reorder_classes_under_traffic_misroute_nothing_and_keep_counters() {
-    let plans: Vec<Plan> = ORDERS.iter().map(|order| reordered(order)).collect();
+/// Cycles through [`ORDERS`] `reloads` times while a thread sends SYNs to
+/// the open and the closed class: none may land in the wrong class, and
+/// both keep their counters by name.
+fn reload_under_traffic(extra: &str, reloads: usize) {
+    let plans: Vec<Plan> = ORDERS.iter().map(|order| reordered(order, extra)).collect();
     let mut datapath = Datapath::load().unwrap();
     datapath.apply(&plans[0]).unwrap();
     let runner = XdpRunner::new(&datapath).unwrap();
@@ -121,14 +132,14 @@ fn reloads_that_reorder_classes_under_traffic_misroute_nothing_and_keep_counters
         while sent.load(Ordering::Relaxed) < 100 {
             std::thread::yield_now();
         }
-        for i in 1..=RELOADS {
+        for i in 1..=reloads {
             datapath.apply(&plans[i % plans.len()]).unwrap();
         }
         stop.store(true, Ordering::Relaxed);
         traffic.join().unwrap()
     });
 
-    assert!(pairs > RELOADS as u64, "traffic ran through the reloads: {pairs} pairs of connections");
+    assert!(pairs > reloads as u64, "traffic ran through the reloads: {pairs} pairs of connections");
     assert!(
         misrouted.is_empty(),
         "{} of {pairs} connections went to a class they do not belong to (pair, wanted, got): {:?}",
@@ -139,4 +150,14 @@ fn reloads_that_reorder_classes_under_traffic_misroute_nothing_and_keep_counters
     assert_eq!((open_counts.seen, open_counts.admitted), (pairs, pairs), "open kept its counters by name");
     let closed_counts = counters(&datapath, "closed");
     assert_eq!((closed_counts.seen, closed_counts.rejected), (pairs, pairs), "closed kept its counters");
+}
+
+#[test]
+fn reloads_that_reorder_classes_under_traffic_misroute_nothing_and_keep_counters() {
+    reload_under_traffic("", 600);
+}
+
+#[test]
+fn reloads_with_ten_thousand_port_rules_and_a_full_cidr_trie_misroute_nothing() {
+    reload_under_traffic(&many_rules(), 20);
 }
