@@ -380,6 +380,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn each_uid_has_its_own_sample_allowance() {
+        let limits = SampleLimits::default();
+        let burst = SAMPLE_BURST as usize;
+        assert!(limits.take(1000, burst), "a full burst at once");
+        assert!(!limits.take(1000, burst / 2), "then nothing big until it refills");
+        assert!(limits.take(1001, burst), "another uid is not held back");
+        assert!(!limits.take(1002, burst + 1), "more than a burst is never taken");
+    }
+
+    #[test]
     fn ok_comes_first_and_the_line_is_json() {
         let value = serde_json::json!({"a": 1, "ok": true, "z": {"k": [1, 2]}});
         let line = encode(&value);
