@@ -311,6 +311,15 @@ impl Datapath {
                 }
             }
             AttachKind::Tc => {
+                // TCX runs several programs on one hook: two shedders there
+                // would each charge every SYN (a pinned one is taken over
+                // through its link instead, and never gets here).
+                if let Some(id) = shedder_on_tcx(iface) {
+                    bail!(
+                        "another shedder program is attached to {iface}'s TC ingress (id {id}); stop its daemon \
+                         (or `shedder detach --iface {iface}` if it is pinned) first"
+                    );
+                }
                 let prog = self.tc_mut()?;
                 // aya picks TCX on kernels >= 6.6; older ones need a clsact qdisc.
                 match prog.attach(iface, TcAttachType::Ingress) {
@@ -618,6 +627,12 @@ fn is_defunct(error: &anyhow::Error) -> bool {
 fn other_xdp_program(iface: &str) -> Option<u32> {
     let ifindex = nix::net::if_::if_nametoindex(iface).ok()?;
     xdp_query::attached_program(ifindex).ok().flatten()
+}
+
+/// The id of a shedder TC program already on `iface`'s TCX ingress.
+fn shedder_on_tcx(iface: &str) -> Option<u32> {
+    let (_, programs) = SchedClassifier::query_tcx(iface, TcAttachType::Ingress).ok()?;
+    programs.iter().find(|p| p.name_as_str() == Some(programs::TC)).map(|p| p.id())
 }
 
 /// Whether aya attached TC through TCX (kernels >= 6.6) rather than clsact.

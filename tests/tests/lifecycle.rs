@@ -319,12 +319,20 @@ fn a_deleted_interface_is_reported_and_its_return_ends_the_daemon_for_a_restart(
 }
 
 #[test]
-fn attaching_where_another_xdp_program_is_names_it() {
+fn attaching_where_another_program_is_names_it() {
     let bed = Bed::new("shlx");
     let first = bed.start("va", &bed.socket("x1"), &["--no-pin"]);
     let id = bed.xdp_program("va").expect("attached");
     let log = bed.refused(bed.second("va", &bed.socket("x2"), &["--no-pin"]));
     assert!(log.contains(&format!("another XDP program is attached to va (id {id})")), "{log}");
+    drop(first);
+
+    // TCX runs several programs on one hook; a second shedder must not join.
+    let first = bed.start("vb", &bed.socket("t1"), &["--no-pin", "--attach", "tc"]);
+    if first.log().contains("tc ingress (tcx)") {
+        let log = bed.refused(bed.second("vb", &bed.socket("t2"), &["--no-pin", "--attach", "tc"]));
+        assert!(log.contains("another shedder program is attached to vb's TC ingress"), "{log}");
+    }
     drop(first);
 }
 
