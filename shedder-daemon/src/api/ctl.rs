@@ -295,13 +295,16 @@ fn exchange(socket: &Path, request: &Value, timeout: Duration) -> Result<Value, 
     let mut stream = UnixStream::connect(socket).map_err(CallError::Unreachable)?;
     stream.set_read_timeout(Some(timeout)).map_err(CallError::Io)?;
     stream.set_write_timeout(Some(timeout)).map_err(CallError::Io)?;
+    // The socket's own timeouts may fire before the caller's: the same timeout.
+    let failed = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => CallError::Timeout(timeout),
+        _ => CallError::Io(e),
+    };
     let mut line = serde_json::to_vec(request).expect("JSON values serialise");
     line.push(b'\n');
-    stream.write_all(&line).map_err(CallError::Io)?;
+    stream.write_all(&line).map_err(failed)?;
     let mut answer = String::new();
-    BufReader::new(std::io::Read::take(&stream, (MAX_LINE * 64) as u64))
-        .read_line(&mut answer)
-        .map_err(CallError::Io)?;
+    BufReader::new(std::io::Read::take(&stream, (MAX_LINE * 64) as u64)).read_line(&mut answer).map_err(failed)?;
     serde_json::from_str(&answer).map_err(|e| CallError::BadAnswer(format!("{e}: {answer:?}")))
 }
 
