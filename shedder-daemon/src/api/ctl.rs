@@ -81,7 +81,7 @@ pub enum CtlOp {
     /// Replace every classification rule at once; RULES is a JSON array of
     /// rules (`[{"class": "web", "dst_port": 8000}]`), or @FILE to read it
     /// from a file (one argument holds at most 128 KiB; every CIDR rule the
-    /// maps hold is about 600 KiB).
+    /// maps hold is about 400 KiB).
     SetRules { rules: String },
     /// Re-read the config file.
     Reload,

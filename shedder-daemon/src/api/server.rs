@@ -53,8 +53,8 @@ pub const MAX_CONNECTIONS: usize = 1024;
 /// Connections kept for admins beyond [`MAX_CONNECTIONS`].
 pub const ADMIN_RESERVED: usize = 16;
 /// Longest request line from an admin: a `set_rules` with 4096 CIDR rules
-/// per address family is about 600 KiB.
-pub const MAX_ADMIN_LINE: usize = 4 * 1024 * 1024;
+/// per address family is about 400 KiB.
+pub const MAX_ADMIN_LINE: usize = 1024 * 1024;
 /// Samples each uid may push per second, sustained.
 pub const SAMPLES_PER_SECOND: f64 = 2000.0;
 /// Samples each uid may push at once.
