@@ -419,3 +419,42 @@ fn set_rules_carries_every_cidr_rule_the_maps_hold() {
     assert_eq!(maps["src_v6"].as_array().unwrap().len(), PER_FAMILY);
     drop(daemon);
 }
+
+#[test]
+fn slow_clients_by_the_thousand_cannot_lock_the_admin_out() {
+    use shedder_daemon::api::server::MAX_CONNECTIONS;
+    let bed = Bed::new("shla");
+    let socket = bed.socket("a");
+    let daemon = bed.start("va", &socket, &["--no-pin", "--socket-group", "nogroup"]);
+    // The clients' descriptors live in this process: make room for them.
+    let (_, hard) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE).unwrap();
+    let wanted = (2 * MAX_CONNECTIONS as u64).min(hard);
+    nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, wanted, hard).unwrap();
+
+    // A thread of its own becomes nobody (the raw syscalls change only the
+    // calling thread), connects as many times as anyone may, and one more.
+    let nogroup = nix::unistd::Group::from_name("nogroup").unwrap().unwrap().gid.as_raw();
+    let nobody = nix::unistd::User::from_name("nobody").unwrap().unwrap().uid.as_raw();
+    let path = socket.clone();
+    let (clients, refused) = std::thread::spawn(move || {
+        // SAFETY: setresgid/setresuid with plain ids; this thread only.
+        unsafe {
+            assert_eq!(libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>()), 0);
+            assert_eq!(libc::syscall(libc::SYS_setresgid, nogroup, nogroup, nogroup), 0);
+            assert_eq!(libc::syscall(libc::SYS_setresuid, nobody, nobody, nobody), 0);
+        }
+        let clients: Vec<_> =
+            (0..MAX_CONNECTIONS).map(|_| std::os::unix::net::UnixStream::connect(&path).unwrap()).collect();
+        let mut extra = std::os::unix::net::UnixStream::connect(&path).unwrap();
+        extra.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut answer = String::new();
+        let _ = extra.read_to_string(&mut answer);
+        (clients, answer)
+    })
+    .join()
+    .unwrap();
+    assert!(refused.contains("too many connections"), "past the limit, anyone is told so: {refused:?}");
+    assert_eq!(status(&socket)["ok"], true, "root still gets in");
+    drop(clients);
+    drop(daemon);
+}
