@@ -20,6 +20,22 @@ use shedder_common::{
     maps::{Action, ClassConfig, DSCP_SLOTS, GlobalConfig, MAX_CIDR_RULES, MAX_CLASSES, rule_flags},
 };
 
+/// The largest config file read: 4096 CIDR rules per family and a rule per
+/// port fit in a few MB; /dev/zero or a runaway generator must not.
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// A regular file's text, refused past [`MAX_FILE_BYTES`] (checked while
+/// reading too, for a file that grows).
+fn read_bounded(path: &Path) -> anyhow::Result<String> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path)?;
+    anyhow::ensure!(file.metadata()?.is_file(), "not a regular file");
+    let mut text = String::new();
+    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)?;
+    anyhow::ensure!(text.len() as u64 <= MAX_FILE_BYTES, "larger than {} MiB", MAX_FILE_BYTES >> 20);
+    Ok(text)
+}
+
 /// The configuration shipped inside the binary, used when no file is given.
 pub const EMBEDDED_DEFAULT: &str = include_str!("../../config/shedder.toml");
 
@@ -300,8 +316,9 @@ impl Config {
         toml::from_str(text).map_err(|e| anyhow::anyhow!("invalid config: {e}"))
     }
 
+    /// Reads a regular file of at most [`MAX_FILE_BYTES`].
     pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+        let text = read_bounded(path).with_context(|| format!("reading config {}", path.display()))?;
         Self::parse(&text).with_context(|| format!("in {}", path.display()))
     }
 
@@ -435,8 +452,14 @@ fn after_field(message: String) -> String {
 
 /// Converts tokens to milli-tokens, refusing values the fixed point cannot hold.
 fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, ConfigError> {
-    if !(0.0..=MAX_TOKENS).contains(&value) {
-        return fail(field, format!("must be a number between 0 and {MAX_TOKENS:e}, got {value}"));
+    if value.is_nan() {
+        return fail(field, "NaN is not a number");
+    }
+    if value < 0.0 {
+        return fail(field, format!("{value} is negative"));
+    }
+    if value > MAX_TOKENS {
+        return fail(field, format!("{value} is over the most accepted, {MAX_TOKENS:e}"));
     }
     let scaled = (value * MILLI).round() as u64;
     if scaled == 0 && !(allow_zero && value == 0.0) {

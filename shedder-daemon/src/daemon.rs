@@ -19,6 +19,7 @@ use crate::{
     control::Decision,
     control_loop::ControlLoop,
     datapath::Attachment,
+    hook_watch::{HookChange, HookWatch},
     telemetry::ClassObservations,
 };
 
@@ -32,6 +33,7 @@ pub struct Daemon {
     started: Instant,
     iface: String,
     attachment: Attachment,
+    hook: HookWatch,
 }
 
 /// Why a configuration change was not made. Either way nothing changed.
@@ -65,7 +67,8 @@ impl Daemon {
         iface: String,
         attachment: Attachment,
     ) -> Self {
-        Self { control, config, config_path, config_version: 1, started: Instant::now(), iface, attachment }
+        let hook = HookWatch::new(&iface, attachment);
+        Self { control, config, config_path, config_version: 1, started: Instant::now(), iface, attachment, hook }
     }
 
     /// One controller tick, on the daemon's clock.
@@ -107,12 +110,27 @@ impl Daemon {
         self.attachment
     }
 
+    /// Looks whether the fast path is still on its interface.
+    pub fn check_hook(&mut self) -> HookChange {
+        self.hook.check(self.control.datapath())
+    }
+
+    /// Why the fast path is not enforcing (interface gone, program detached);
+    /// `None` while it is attached, as far as the last check saw.
+    pub fn hook_problem(&self) -> Option<String> {
+        self.hook.state().problem(&self.iface)
+    }
+
     /// Validates `config` whole and switches to it; returns the new config
     /// version. A config that does not validate changes nothing, in the
-    /// daemon or in the maps.
+    /// daemon or in the maps; one equal to the running config changes
+    /// nothing either, the version included.
     pub fn replace_config(&mut self, config: Config) -> Result<u64, ChangeError> {
         let plan = config.plan().map_err(ChangeError::Invalid)?;
         let setup = config.control().map_err(ChangeError::Invalid)?;
+        if config == self.config {
+            return Ok(self.config_version);
+        }
         self.control.reconfigure(plan, setup).map_err(ChangeError::Apply)?;
         self.config = config;
         self.config_version += 1;

@@ -2,13 +2,15 @@
 //! from a [`Plan`], and read its counters back.
 
 mod inherit;
+mod slots;
+mod xdp_query;
 
 use std::{collections::BTreeMap, fmt, path::Path};
 
 use anyhow::{Context as _, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader, Pod,
-    maps::{Array, LpmTrie, Map, PerCpuArray, PerCpuValues, lpm_trie::Key},
+    maps::{Array, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues, lpm_trie::Key},
     programs::{
         ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode,
         links::{FdLink, PinnedLink},
@@ -21,7 +23,7 @@ use aya::{
 use shedder_common::{
     bucket::{self, BucketParams},
     classify::RuleTarget,
-    maps::{ClassConfig, ClassCounters, GlobalConfig, MAX_CLASSES, PassReason, names, programs},
+    maps::{ClassConfig, ClassCounters, GlobalConfig, MAX_CIDR_RULES, MAX_CLASSES, PassReason, names, programs},
 };
 
 use tracing::{info, warn};
@@ -29,8 +31,10 @@ use tracing::{info, warn};
 use crate::{
     clock::monotonic_ns,
     config::Plan,
+    lock::ExclusiveLock,
     pin::{PINNED_MAPS, PinDir},
 };
+use slots::SlotOwners;
 
 /// The object built from `shedder-ebpf` by this crate's build script.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/shedder"));
@@ -98,13 +102,26 @@ pub struct ClassSnapshot {
 pub struct Datapath {
     ebpf: Ebpf,
     /// What the maps hold now; `None` until the first [`Datapath::apply`].
-    applied: Option<Plan>,
+    applied: Option<Applied>,
     pinning: Option<Pinning>,
+}
+
+/// The last plan applied, and where its classes went.
+struct Applied {
+    /// As given, classes in the config's order.
+    plan: Plan,
+    /// The slot of each of its classes.
+    slot_of: Vec<u32>,
+    /// As the maps hold it: classes at their slots, rules pointing at slots.
+    placed: Plan,
+    owners: SlotOwners,
 }
 
 /// A datapath whose maps (and link, where it has one) are pinned.
 struct Pinning {
     dir: PinDir,
+    /// Held for the datapath's life: no other daemon drives these maps.
+    _lock: ExclusiveLock,
     /// The maps came from a previous run: the first apply starts from what
     /// they hold instead of from nothing.
     taken_over: bool,
@@ -154,6 +171,7 @@ impl Datapath {
     /// another kind, are refused before anything is loaded or written.
     pub fn load_pinned(dir: PinDir, kind: AttachKind) -> anyhow::Result<Self> {
         let created = dir.prepare()?;
+        let lock = dir.lock()?;
         if let Some((attachment, path)) = dir.pinned_link()
             && attachment.kind() != kind
         {
@@ -172,7 +190,7 @@ impl Datapath {
             loader.map_pin_path(name, path.as_path());
         }
         // From here on, dropping `pinning` removes a directory this run made.
-        let pinning = Pinning { dir, taken_over, created, attached: false, link_pinned: false };
+        let pinning = Pinning { dir, _lock: lock, taken_over, created, attached: false, link_pinned: false };
         let ebpf = loader.load(OBJECT).with_context(|| {
             format!("loading the shedder eBPF object with maps in {}", pinning.dir.path().display())
         })?;
@@ -246,6 +264,18 @@ impl Datapath {
         attachment
     }
 
+    /// Whether this datapath's program is the one on `iface` as `attachment`:
+    /// `None` where that cannot be asked (TC, once the capabilities to query
+    /// it are dropped).
+    pub fn program_attached_to(&self, iface: &str, attachment: Attachment) -> Option<bool> {
+        if attachment.kind() != AttachKind::Xdp {
+            return None;
+        }
+        let ours = self.xdp().info().ok()?.id();
+        let ifindex = nix::net::if_::if_nametoindex(iface).ok()?;
+        Some(xdp_query::attached_program(ifindex).ok()? == Some(ours))
+    }
+
     /// The pin directory, when the program stays attached after the daemon exits.
     pub fn pinned_link_dir(&self) -> Option<&Path> {
         self.pinning.as_ref().filter(|p| p.link_pinned).map(|p| p.dir.path())
@@ -266,14 +296,30 @@ impl Datapath {
                 match xdp.attach(iface, XdpMode::Driver) {
                     Ok(id) => Ok((Attachment::XdpNative, NewLink::Xdp(id))),
                     Err(native) => {
-                        let id = xdp.attach(iface, XdpMode::Skb).with_context(|| {
-                            format!("attaching XDP to {iface}: native mode failed ({native}), generic mode too")
+                        let id = xdp.attach(iface, XdpMode::Skb).map_err(|generic| match other_xdp_program(iface) {
+                            Some(id) => anyhow!(
+                                "another XDP program is attached to {iface} (id {id}); detach it first \
+                                     (`ip link set dev {iface} xdp off`, or `shedder detach` if it is a pinned \
+                                     shedder), or use --attach tc"
+                            ),
+                            None => anyhow!(generic).context(format!(
+                                "attaching XDP to {iface}: native mode failed ({native}), generic mode too"
+                            )),
                         })?;
                         Ok((Attachment::XdpGeneric, NewLink::Xdp(id)))
                     }
                 }
             }
             AttachKind::Tc => {
+                // TCX runs several programs on one hook: two shedders there
+                // would each charge every SYN (a pinned one is taken over
+                // through its link instead, and never gets here).
+                if let Some(id) = shedder_on_tcx(iface) {
+                    bail!(
+                        "another shedder program is attached to {iface}'s TC ingress (id {id}); stop its daemon \
+                         (or `shedder detach --iface {iface}` if it is pinned) first"
+                    );
+                }
                 let prog = self.tc_mut()?;
                 // aya picks TCX on kernels >= 6.6; older ones need a clsact qdisc.
                 match prog.attach(iface, TcAttachType::Ingress) {
@@ -332,50 +378,86 @@ impl Datapath {
     }
 
     /// Makes the maps hold `plan`, writing only what differs from the last
-    /// plan applied. Bucket state survives: a class whose budget changes keeps
+    /// plan applied. A class keeps its slot, bucket and counters for as long
+    /// as it is configured, wherever the file puts it; a budget change keeps
     /// the tokens it has spent, rescaled to the new rate.
+    ///
+    /// The writes are ordered so that, at every moment between two, each rule
+    /// points at a slot that holds the class it names in the old plan or in
+    /// the new one: a new class's slot is written before any rule points at
+    /// it, and a leaving class's slot is cleared only once no rule does.
     /// After taking pinned maps over, the first apply starts from what they hold.
     pub fn apply(&mut self, plan: &Plan) -> anyhow::Result<()> {
-        let previous = match self.applied.take() {
+        let applied = self.applied.take();
+        let start = match &applied {
+            Some(_) => None,
             None if self.pinning.as_ref().is_some_and(|p| p.taken_over) => {
-                Some(inherit::previous_plan(&self.ebpf, plan).context("reading the pinned maps back")?)
+                Some(inherit::pinned_contents(&self.ebpf).context("reading the pinned maps back")?)
             }
-            applied => applied,
+            None => Some((Plan::default(), SlotOwners::default())),
         };
-        let result = self.write_plan(previous.as_ref(), plan);
-        self.applied = if result.is_ok() { Some(plan.clone()) } else { previous };
-        result
+        let (previous, owners) = match (&applied, &start) {
+            (Some(applied), _) => (&applied.placed, &applied.owners),
+            (None, Some((plan, owners))) => (plan, owners),
+            (None, None) => unreachable!("start is read when nothing was applied"),
+        };
+        let layout = owners.layout(&plan.class_names);
+        if !layout.reused.is_empty() {
+            warn!(
+                slots = ?layout.reused,
+                "this change adds and removes more classes than there are free slots: new classes take the \
+                 slots of leaving ones, so until the rules are rewritten a connection may be counted in the \
+                 wrong class. Remove classes in one change and add them in the next to avoid it"
+            );
+        }
+        let placed = slots::place(plan, &layout.slot_of);
+        let written = self.write_plan(applied.is_none(), previous, owners, &placed, &layout.owners);
+        // A failed write keeps what was applied before as the base to diff from.
+        self.applied = match written {
+            Ok(()) => Some(Applied { plan: plan.clone(), slot_of: layout.slot_of, placed, owners: layout.owners }),
+            Err(_) => applied,
+        };
+        written
     }
 
-    fn write_plan(&mut self, previous: Option<&Plan>, plan: &Plan) -> anyhow::Result<()> {
-        let first = previous.is_none();
-        let empty = Plan::default();
-        let previous = previous.unwrap_or(&empty);
-        self.write_classes(previous, plan)?;
+    fn write_plan(
+        &mut self,
+        first: bool,
+        previous: &Plan,
+        old_owners: &SlotOwners,
+        plan: &Plan,
+        owners: &SlotOwners,
+    ) -> anyhow::Result<()> {
+        self.write_classes(previous, old_owners, plan, owners)?;
         let ebpf = &mut self.ebpf;
         sync_lpm(map_mut(ebpf, names::SRC_V4)?, &previous.src_v4, &plan.src_v4)?;
         sync_lpm(map_mut(ebpf, names::SRC_V6)?, &previous.src_v6, &plan.src_v6)?;
         sync_array(map_mut(ebpf, names::DST_PORTS)?, &previous.dst_ports, &plan.dst_ports)?;
         sync_array(map_mut(ebpf, names::DSCP_IN)?, &previous.dscp, &plan.dscp)?;
-        // Last, so the rule-presence flags never point at rules not yet written.
+        // After the rules, so the rule-presence flags never point at rules
+        // not yet written, and the default class is already in its slot.
         if first || previous.global != plan.global {
             let mut global: Array<_, GlobalConfig> = Array::try_from(map_mut(ebpf, names::GLOBAL)?)?;
             global.set(0, plan.global, 0)?;
         }
-        Ok(())
+        self.clear_left_slots(old_owners, owners)
     }
 
-    fn write_classes(&mut self, previous: &Plan, plan: &Plan) -> anyhow::Result<()> {
-        // A slot's state belongs to the class that had it: if a reload put a
-        // different class there, that class starts afresh (full bucket, zero
-        // counters) instead of inheriting another's.
+    /// Writes the slots of the classes in `plan` that are new or changed.
+    fn write_classes(
+        &mut self,
+        previous: &Plan,
+        old_owners: &SlotOwners,
+        plan: &Plan,
+        owners: &SlotOwners,
+    ) -> anyhow::Result<()> {
+        // A class new to its slot starts afresh (full bucket, zero counters)
+        // instead of inheriting what a class that left it had.
         let changed: Vec<(u32, ClassConfig, Option<&ClassConfig>)> = (0..MAX_CLASSES)
+            .filter(|slot| owners.get(*slot) != 0)
             .filter_map(|slot| {
-                let i = slot as usize;
-                let new = plan.classes.get(i).copied().unwrap_or_default();
-                let same_class =
-                    previous.class_names.get(i).is_some() && previous.class_names.get(i) == plan.class_names.get(i);
-                let old = previous.classes.get(i).filter(|_| same_class);
+                let new = plan.classes[slot as usize];
+                let old = previous.classes.get(slot as usize).filter(|_| old_owners.get(slot) == owners.get(slot));
                 (old != Some(&new)).then_some((slot, new, old))
             })
             .collect();
@@ -400,8 +482,8 @@ impl Datapath {
             let mut counters: PerCpuArray<_, ClassCounters> =
                 PerCpuArray::try_from(map_mut(&mut self.ebpf, names::CLASS_COUNTERS)?)?;
             let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow!("{what}: {e}"))?;
-            for slot in fresh {
-                counters.set(slot, PerCpuValues::try_from(vec![ClassCounters::default(); cpus])?, 0)?;
+            for slot in &fresh {
+                counters.set(*slot, PerCpuValues::try_from(vec![ClassCounters::default(); cpus])?, 0)?;
             }
         }
         let mut buckets: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, names::BUCKETS)?)?;
@@ -413,29 +495,45 @@ impl Datapath {
             classes.set(*slot, *new, 0)?;
         }
         let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, names::CLASS_IDS)?)?;
-        for (slot, ..) in changed {
-            ids.set(slot, plan.class_names.get(slot as usize).map_or(0, |name| inherit::class_id(name)), 0)?;
+        for slot in fresh {
+            ids.set(slot, owners.get(slot), 0)?;
+        }
+        Ok(())
+    }
+
+    /// Empties the slots of classes that left, once no rule points at them.
+    fn clear_left_slots(&mut self, old_owners: &SlotOwners, owners: &SlotOwners) -> anyhow::Result<()> {
+        let left: Vec<u32> = (0..MAX_CLASSES).filter(|s| old_owners.get(*s) != 0 && owners.get(*s) == 0).collect();
+        if left.is_empty() {
+            return Ok(());
+        }
+        let mut classes: Array<_, ClassConfig> = Array::try_from(map_mut(&mut self.ebpf, names::CLASSES)?)?;
+        for slot in &left {
+            classes.set(*slot, ClassConfig::default(), 0)?;
+        }
+        let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, names::CLASS_IDS)?)?;
+        for slot in left {
+            ids.set(slot, 0, 0)?;
         }
         Ok(())
     }
 
     /// Counters summed over CPUs, and bucket fill, for every configured class.
     pub fn class_snapshots(&self) -> anyhow::Result<Vec<ClassSnapshot>> {
-        let Some(plan) = &self.applied else { return Ok(Vec::new()) };
+        let Some(Applied { plan, slot_of, .. }) = &self.applied else { return Ok(Vec::new()) };
         let counters: PerCpuArray<_, ClassCounters> = PerCpuArray::try_from(map(&self.ebpf, names::CLASS_COUNTERS)?)?;
         let buckets: Array<_, u64> = Array::try_from(map(&self.ebpf, names::BUCKETS)?)?;
         let now = monotonic_ns();
         plan.class_names
             .iter()
             .zip(&plan.classes)
-            .enumerate()
-            .map(|(slot, (name, config))| {
-                let slot = slot as u32;
+            .zip(slot_of)
+            .map(|((name, config), slot)| {
                 let mut total = ClassCounters::default();
-                for cpu in counters.get(&slot, 0)?.iter() {
+                for cpu in counters.get(slot, 0)?.iter() {
                     total.add(cpu);
                 }
-                let tat = buckets.get(&slot, 0)?;
+                let tat = buckets.get(slot, 0)?;
                 Ok(ClassSnapshot {
                     name: name.clone(),
                     counters: total,
@@ -465,9 +563,10 @@ impl Datapath {
         Ok(heartbeat.get(&0, 0)?)
     }
 
-    /// The plan the maps hold, if any was applied.
+    /// The plan the maps hold, if any was applied: classes at their slots
+    /// (a free slot is empty and unnamed), rules pointing at slots.
     pub fn applied(&self) -> Option<&Plan> {
-        self.applied.as_ref()
+        self.applied.as_ref().map(|applied| &applied.placed)
     }
 }
 
@@ -524,6 +623,18 @@ fn is_defunct(error: &anyhow::Error) -> bool {
     )
 }
 
+/// The id of an XDP program already on `iface`, when there is one.
+fn other_xdp_program(iface: &str) -> Option<u32> {
+    let ifindex = nix::net::if_::if_nametoindex(iface).ok()?;
+    xdp_query::attached_program(ifindex).ok().flatten()
+}
+
+/// The id of a shedder TC program already on `iface`'s TCX ingress.
+fn shedder_on_tcx(iface: &str) -> Option<u32> {
+    let (_, programs) = SchedClassifier::query_tcx(iface, TcAttachType::Ingress).ok()?;
+    programs.iter().find(|p| p.name_as_str() == Some(programs::TC)).map(|p| p.id())
+}
+
 /// Whether aya attached TC through TCX (kernels >= 6.6) rather than clsact.
 fn has_tcx() -> bool {
     KernelVersion::current().is_ok_and(|v| v >= KernelVersion::new(6, 6, 0))
@@ -547,22 +658,42 @@ fn sync_array<K: Copy + Into<u32> + Ord>(
     Ok(())
 }
 
-/// Brings an LPM trie from `old` to `new`.
+/// Brings an LPM trie from `old` to `new`. Between any two writes, the
+/// longest prefix matching an address gives its old class or its new one:
+/// entries are written longest prefix first (a shorter new entry never
+/// shadows a longer one not yet written), and stale ones removed shortest
+/// first, once every new entry is in (a stale entry left never hides a
+/// longer stale one already gone).
 fn sync_lpm<A: Pod + Ord>(
     map: &mut Map,
     old: &BTreeMap<(u32, A), RuleTarget>,
     new: &BTreeMap<(u32, A), RuleTarget>,
 ) -> anyhow::Result<()> {
     let mut trie: LpmTrie<_, A, RuleTarget> = LpmTrie::try_from(map)?;
-    // Stale entries go first: a trie filled to capacity has no room for a
-    // new entry until they are gone (inserting first failed with ENOSPC).
-    for (len, addr) in old.keys().filter(|k| !new.contains_key(k)) {
-        trie.remove(&Key::new(*len, *addr))?;
+    let stale: Vec<_> = old.keys().filter(|k| !new.contains_key(k)).collect();
+    let full = old.len() + new.keys().filter(|k| !old.contains_key(k)).count() > MAX_CIDR_RULES as usize;
+    if full {
+        // Both sets together do not fit; stale entries must go first (inserting
+        // first fails with ENOSPC), and for a moment an address they matched
+        // may fall through to a lower-precedence rule.
+        remove_lpm(&mut trie, &stale)?;
     }
-    for ((len, addr), target) in new {
+    // BTreeMap order is shortest prefix first: reversed, longest first.
+    for ((len, addr), target) in new.iter().rev() {
         if old.get(&(*len, *addr)) != Some(target) {
             trie.insert(&Key::new(*len, *addr), *target, 0)?;
         }
+    }
+    if !full {
+        remove_lpm(&mut trie, &stale)?;
+    }
+    Ok(())
+}
+
+/// Removes `keys`, in the order given.
+fn remove_lpm<A: Pod>(trie: &mut LpmTrie<&mut MapData, A, RuleTarget>, keys: &[&(u32, A)]) -> anyhow::Result<()> {
+    for (len, addr) in keys {
+        trie.remove(&Key::new(*len, *addr))?;
     }
     Ok(())
 }

@@ -14,6 +14,9 @@
 //! * [`admit`]: job-level admission for servers that want a per-request answer.
 //! * [`metrics`]: Prometheus distributions and the /metrics endpoint.
 //! * [`report`]: the periodic counters log.
+//! * [`hook_watch`]: whether the fast path is still on its interface.
+//! * [`lock`]: one daemon per pin directory and per control socket.
+//! * [`listen`]: the listeners' back-off when accepting fails.
 //! * [`privilege`]: the capabilities kept once attached, and dropping the rest.
 //! * [`clock`]: the clock the fast path's buckets run on.
 
@@ -26,6 +29,9 @@ pub mod control_loop;
 pub mod daemon;
 pub mod datapath;
 pub mod estimate;
+pub mod hook_watch;
+pub mod listen;
+pub mod lock;
 pub mod metrics;
 pub mod pin;
 pub mod privilege;

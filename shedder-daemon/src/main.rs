@@ -15,7 +15,8 @@ use shedder_daemon::{
     control_loop::ControlLoop,
     daemon::{Daemon, DaemonHandle},
     datapath::{AttachKind, Datapath},
-    metrics,
+    hook_watch::HookChange,
+    listen, metrics,
     pin::{self, PinDir},
     privilege, report,
     telemetry::{ClassObservations, gpu::open_gpu_source, scrape::Scraper},
@@ -26,6 +27,9 @@ use tokio::{
     time::MissedTickBehavior,
 };
 use tracing::{info, warn};
+
+/// How often the daemon looks whether its program is still attached.
+const HOOK_CHECK_EVERY: Duration = Duration::from_secs(1);
 
 #[derive(Parser)]
 #[command(name = "shedder", version, about = "Admission control for new connections at the NIC")]
@@ -48,14 +52,15 @@ enum Command {
         #[arg(long)]
         config: Option<PathBuf>,
         /// Seconds between counter reports.
-        #[arg(long, default_value_t = 5.0)]
-        report_every: f64,
+        #[arg(long, default_value = "5", value_parser = parse_period)]
+        report_every: Duration,
         /// Where Prometheus scrapes `GET /metrics`.
         #[arg(long, default_value = "127.0.0.1:9464")]
         metrics_addr: SocketAddr,
-        /// The JSON control socket (mode 0600, or 0660 with --socket-group).
-        #[arg(long, default_value = api::DEFAULT_SOCKET)]
-        socket: PathBuf,
+        /// The JSON control socket (mode 0600, or 0660 with --socket-group);
+        /// by default /run/shedder/IFACE.sock, one per interface.
+        #[arg(long)]
+        socket: Option<PathBuf>,
         /// Group that may connect to the control socket (name or number).
         #[arg(long)]
         socket_group: Option<String>,
@@ -106,6 +111,15 @@ impl PinArgs {
     }
 }
 
+/// A period in seconds: positive, finite, and at most a day.
+fn parse_period(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text.parse().map_err(|_| format!("{text:?} is not a number of seconds"))?;
+    if !(secs > 0.0 && secs <= 86_400.0) {
+        return Err(format!("{text} s: must be more than 0 and at most 86400 (a day)"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
 fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
     match path {
         Some(path) => Config::from_file(path),
@@ -124,15 +138,18 @@ fn main() -> anyhow::Result<()> {
             let config = load_config(config.as_ref())?;
             let plan = config.plan().context("invalid config")?;
             config.control().context("invalid config")?;
-            for (name, class) in plan.class_names.iter().zip(&plan.classes) {
-                println!("{name}: {class:?}");
-            }
-            println!("{:?}", plan.global);
+            // The config as the daemon will run it, defaults filled in, in
+            // the file's own words.
+            let rules = plan.src_v4.len() + plan.src_v6.len() + plan.dst_ports.len() + plan.dscp.len();
+            println!("# valid: {} classes, {rules} rules", plan.classes.len());
+            print!("{}", toml::to_string_pretty(&config).context("printing the config")?);
             Ok(())
         }
         Command::Ctl(args) => std::process::exit(api::ctl::run(&args)),
         Command::Detach { iface, pin_root } => {
             let dir = PinDir::new(&pin_root, &iface)?;
+            // Never pull the maps from under a running daemon.
+            let _lock = dir.path().exists().then(|| dir.lock()).transpose()?;
             if !dir.remove()? {
                 anyhow::bail!("nothing is pinned for {iface} (no {})", dir.path().display());
             }
@@ -151,20 +168,24 @@ fn main() -> anyhow::Result<()> {
             admin_gid,
             pinning,
         } => {
-            // Validate everything before touching the kernel: a bad file attaches nothing.
+            // Validate everything before touching the kernel: a bad file or
+            // flag attaches nothing (clap has checked the flags' values).
             let config_path = config;
             let config = load_config(config_path.as_ref())?;
             config.plan().context("invalid config; nothing was attached")?;
             config.control().context("invalid config; nothing was attached")?;
+            nix::net::if_::if_nametoindex(iface.as_str())
+                .with_context(|| format!("--iface: no interface is named {iface:?} here"))?;
             let group = socket_group.as_deref().map(resolve_group).transpose()?;
             let hook = Hook { kind: attach, pins: pinning.dir(&iface)? };
+            let socket = socket.unwrap_or_else(|| api::default_socket(&iface));
             let control = ControlOptions { socket, group, access: AccessPolicy { admin_uid, admin_gid } };
             tokio::runtime::Builder::new_current_thread().enable_all().build()?.block_on(run(
                 &iface,
                 hook,
                 config,
                 config_path,
-                Duration::from_secs_f64(report_every),
+                report_every,
                 metrics_addr,
                 control,
             ))
@@ -213,6 +234,9 @@ async fn run(
     // unless it is pinned), never kill it outright.
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
+    // By convention SIGHUP asks a daemon to re-read its config.
+    let mut sighup = signal(SignalKind::hangup())?;
+    check_file_limit()?;
     // Bound before attaching: a busy port fails the start, not a scrape later.
     let metrics_listener = metrics::bind(metrics_addr).await?;
     // The control socket too: a path we cannot bind attaches nothing.
@@ -247,6 +271,8 @@ async fn run(
     info!(addr = %metrics_addr, "serving /metrics");
 
     let mut report = tokio::time::interval(report_every);
+    let mut watch = tokio::time::interval(HOOK_CHECK_EVERY);
+    let mut interface_returned = false;
     let mut tick = tokio::time::interval(tick_every);
     tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
     report.tick().await;
@@ -254,7 +280,19 @@ async fn run(
         tokio::select! {
             _ = sigint.recv() => break,
             _ = sigterm.recv() => break,
+            _ = sighup.recv() => match daemon.reload() {
+                Ok(version) => info!(config_version = version, "SIGHUP: configuration reloaded"),
+                Err(e) => warn!("SIGHUP: not reloaded, nothing changed: {e}"),
+            },
             _ = report.tick() => log_counters(daemon.control().datapath()),
+            _ = watch.tick() => match daemon.check_hook() {
+                HookChange::Lost => warn!(iface, "not enforcing: {}", daemon.hook_problem().unwrap_or_default()),
+                HookChange::Returned => {
+                    interface_returned = true;
+                    break;
+                }
+                HookChange::Unchanged => {}
+            },
             _ = tick.tick() => {
                 if let Err(e) = daemon.tick() {
                     warn!("controller tick: {e:#}");
@@ -274,6 +312,26 @@ async fn run(
     match pinned {
         Some(dir) => info!(iface, pinned = dir, "exiting; the fast path stays attached (`shedder detach` removes it)"),
         None => info!(iface, "detached; exiting"),
+    }
+    if interface_returned {
+        // Attaching takes the capabilities the daemon dropped; a restart has them.
+        anyhow::bail!(
+            "interface {iface} is back after it was gone: exiting so that a restart attaches to it (the unit \
+             restarts on failure; pinned maps keep their state)"
+        );
+    }
+    Ok(())
+}
+
+/// Makes room for every connection the listeners may hold, or says why not.
+fn check_file_limit() -> anyhow::Result<()> {
+    let limit = listen::raise_file_limit().context("raising the open-files limit")?;
+    let wanted = (api::server::MAX_CONNECTIONS + api::server::ADMIN_RESERVED + metrics::MAX_CONNECTIONS) as u64 + 256;
+    if limit < wanted {
+        warn!(
+            limit,
+            wanted, "the open-files limit is low: connections past it are refused (raise LimitNOFILE or ulimit -n)"
+        );
     }
     Ok(())
 }

@@ -9,14 +9,19 @@
 //! * Everything else (map counters, budgets, GPU gauges, versions) is read
 //!   when scraped, by a job on the daemon's owner task ([`crate::daemon`]),
 //!   so a scrape sees one consistent moment.
+//!
+//! The endpoint holds at most [`MAX_CONNECTIONS`] connections (more are
+//! closed at once), gives a client [`HEADER_TIMEOUT`] to send its request
+//! and keeps a connection at most [`CONNECTION_LIFETIME`]: idle or slow
+//! clients cannot use up the daemon's file descriptors.
 
 use std::collections::BTreeMap;
-use std::net::SocketAddr;
+use std::{net::SocketAddr, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode, body::Bytes, server::conn::http1, service::service_fn};
-use hyper_util::rt::TokioIo;
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::{
     encoding::{EncodeLabelSet, text::encode},
     metrics::{
@@ -28,10 +33,12 @@ use prometheus_client::{
     registry::Registry,
 };
 use std::sync::atomic::AtomicU64;
-use tracing::warn;
+use tokio::sync::Semaphore;
+use tracing::debug;
 
 use crate::{
     daemon::{Daemon, DaemonHandle},
+    listen::AcceptErrors,
     telemetry::{ClassObservations, Observation},
 };
 
@@ -282,35 +289,62 @@ pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
     registry.register("shedder_estimator_version", "Version of the estimators' parameters", estimator);
     registry.register("shedder_config_version", "Version of the configuration in force", config);
 
+    let attached = Gauge::<i64>::default();
+    attached.set(i64::from(daemon.hook_problem().is_none()));
+    registry.register(
+        "shedder_attached",
+        "1 while the fast path is on its interface; 0 once the interface is gone or the program detached",
+        attached,
+    );
+
     let mut text = String::new();
     encode(&mut text, &registry).context("encoding metrics")?;
     Ok(text)
 }
 
+/// Connections served at once: a scraper or two, and people with curl.
+pub const MAX_CONNECTIONS: usize = 64;
+/// A client must have sent its request's headers this soon after it
+/// connected, or after its last answer on a kept-alive connection.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection is closed this long after it was accepted, idle or not.
+pub const CONNECTION_LIFETIME: Duration = Duration::from_secs(60);
+
 /// Serves `GET /metrics` on `listener` until the daemon goes away.
 pub async fn serve(listener: tokio::net::TcpListener, daemon: DaemonHandle) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut errors = AcceptErrors::new("metrics");
     loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(accepted) => accepted,
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
             Err(e) => {
-                warn!("metrics: accept: {e}");
+                errors.failed(&e).await;
                 continue;
             }
         };
+        errors.succeeded();
+        // Full: closing it at once frees its descriptor for the next.
+        let Ok(permit) = slots.clone().try_acquire_owned() else { continue };
         let daemon = daemon.clone();
         tokio::spawn(async move {
+            let _permit = permit;
             let service = service_fn(move |request: Request<hyper::body::Incoming>| {
                 let daemon = daemon.clone();
-                async move { Ok::<_, std::convert::Infallible>(respond(&daemon, request.uri().path()).await) }
+                async move { Ok::<_, std::convert::Infallible>(respond(&daemon, &request).await) }
             });
-            if let Err(e) = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await {
-                warn!("metrics: connection: {e}");
+            let connection = http1::Builder::new()
+                .timer(TokioTimer::new())
+                .header_read_timeout(HEADER_TIMEOUT)
+                .serve_connection(TokioIo::new(stream), service);
+            // Past its lifetime a connection is just dropped.
+            if let Ok(Err(e)) = tokio::time::timeout(CONNECTION_LIFETIME, connection).await {
+                debug!("metrics: connection: {e}");
             }
         });
     }
 }
 
-async fn respond(daemon: &DaemonHandle, path: &str) -> Response<Full<Bytes>> {
+async fn respond<B>(daemon: &DaemonHandle, request: &Request<B>) -> Response<Full<Bytes>> {
     let reply = |status, content_type, body: String| {
         Response::builder()
             .status(status)
@@ -318,8 +352,13 @@ async fn respond(daemon: &DaemonHandle, path: &str) -> Response<Full<Bytes>> {
             .body(Full::new(Bytes::from(body)))
             .expect("a valid response")
     };
-    if path != "/metrics" {
+    if request.uri().path() != "/metrics" {
         return reply(StatusCode::NOT_FOUND, "text/plain", "try /metrics\n".into());
+    }
+    if request.method() != hyper::Method::GET {
+        let mut response = reply(StatusCode::METHOD_NOT_ALLOWED, "text/plain", "only GET serves /metrics\n".into());
+        response.headers_mut().insert(hyper::header::ALLOW, hyper::header::HeaderValue::from_static("GET"));
+        return response;
     }
     match daemon.call(|d| render(d)).await {
         Ok(Ok(text)) => reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", text),

@@ -19,7 +19,7 @@ use nix::sys::statfs::{BPF_FS_MAGIC, statfs};
 use shedder_common::maps::names;
 use tracing::{info, warn};
 
-use crate::datapath::Attachment;
+use crate::{datapath::Attachment, lock::ExclusiveLock};
 
 pub const DEFAULT_ROOT: &str = "/sys/fs/bpf/shedder";
 
@@ -125,6 +125,17 @@ impl PinDir {
         }
         mount_bpffs()?;
         Ok(true)
+    }
+
+    /// Takes the directory for this process alone: two daemons driving the
+    /// same maps and link would undo each other's changes. Refused, naming
+    /// the holder, while another process holds it.
+    pub fn lock(&self) -> anyhow::Result<ExclusiveLock> {
+        ExclusiveLock::acquire(
+            &self.dir,
+            &format!("the pinned fast path of {}", self.iface()),
+            "one daemon per interface; stop that one first (a restart keeps the program attached)",
+        )
     }
 
     /// Makes the directory; returns whether it is new.

@@ -1,7 +1,8 @@
 //! Pinning as an operator meets it, with real `shedder run` processes: a
 //! restart under steady load refuses nothing and keeps counters and bucket
-//! state; a second daemon swaps its program into the pinned link with no
-//! moment where nothing is attached; `shedder detach` removes everything.
+//! state; a second daemon is refused while the first runs, and once it has
+//! stopped swaps its program into the pinned link with no moment where
+//! nothing is attached; `shedder detach` removes everything.
 //!
 //! Each test mounts a BPF filesystem of its own as the pin root, so tests
 //! never see each other's pins or a real install's, and unmounting it on the
@@ -407,8 +408,12 @@ fn a_pinned_link_whose_interface_was_made_anew_is_replaced() {
 }
 
 #[test]
-fn a_second_daemon_swaps_its_program_into_the_link_without_a_gap() {
+fn a_second_daemon_is_refused_while_the_first_runs_then_swaps_its_program_in_without_a_gap() {
     let mut bed = Bed::new("swap");
+    // Between the two daemons the program enforces on its own: no fail-open
+    // while the second one loads, however slow this machine is.
+    std::fs::write(bed.dir.join("shedder.toml"), format!("{CONFIG}\n[watchdog]\nfail_open_after_ms = 600000\n"))
+        .unwrap();
     let first = bed.start("first", &[]);
     drain(&bed);
     let old_program = bed.xdp_program_id().expect("XDP attached");
@@ -417,10 +422,15 @@ fn a_second_daemon_swaps_its_program_into_the_link_without_a_gap() {
     let stop = Arc::new(AtomicBool::new(false));
     let probes = bed.connect_loop(DRAINED_PORT, Duration::from_millis(1), stop.clone());
     std::thread::sleep(Duration::from_millis(300));
+    // Two daemons on one pinned interface would undo each other's changes.
+    let early = bed.run_command("early", &[]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&early.stderr);
+    let holder = format!("in use by process {}", bed.daemons[first].id());
+    assert!(!early.status.success() && stderr.contains(&holder), "the second daemon must be refused: {stderr}");
+    assert_eq!(bed.xdp_program_id(), Some(old_program), "the refused daemon changed nothing");
+    bed.stop(first);
     let second = bed.start("second", &[]);
     let new_program = bed.xdp_program_id().expect("XDP attached");
-    std::thread::sleep(Duration::from_millis(300));
-    bed.stop(first);
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
     let outcomes = probes.join().unwrap();
@@ -429,7 +439,6 @@ fn a_second_daemon_swaps_its_program_into_the_link_without_a_gap() {
     assert!(bed.log("second").contains("swapped this program into the pinned link"), "{}", bed.log("second"));
     assert!(outcomes.refused > 20, "the probe loop ran: {outcomes:?}");
     assert_eq!((outcomes.admitted, outcomes.other), (0, 0), "a probe got past shedder: {outcomes:?}");
-    assert_eq!(bed.xdp_program_id(), Some(new_program), "stopping the first daemon changes nothing");
     bed.stop(second);
 }
 

@@ -44,6 +44,18 @@ impl ChildGuard {
         matches!(self.child.try_wait(), Ok(None))
     }
 
+    /// Waits up to `within` for the process to exit by itself; its status.
+    pub fn exit_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let until = Instant::now() + within;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return Some(status),
+                Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+                _ => return None,
+            }
+        }
+    }
+
     /// Asks the process to stop with `signal` (by its PID), and kills it if it
     /// has not exited within `grace` (dropping the guard kills and reaps it).
     /// Returns whether it exited by itself.

@@ -65,6 +65,22 @@ impl DaemonProcess {
         }
     }
 
+    /// Waits up to `within` for the daemon to exit by itself: its exit
+    /// status and its whole log, or `None` (with the log so far) if it is
+    /// still running.
+    pub fn exit_within(&mut self, within: Duration) -> (Option<std::process::ExitStatus>, String) {
+        let status = self.guard.exit_within(within);
+        if status.is_some() {
+            // The pipe closes with the daemon: everything it wrote is here.
+            while let Ok(line) = self.lines.recv_timeout(Duration::from_secs(5)) {
+                self.log.push(line);
+            }
+        } else {
+            self.log.extend(self.lines.try_iter());
+        }
+        (status, self.log())
+    }
+
     /// Every line read so far.
     pub fn log(&self) -> String {
         self.log.join("\n")

@@ -53,3 +53,66 @@ pub fn describe_difference(got: &[u8], want: &[u8]) -> String {
         hex(want)
     )
 }
+
+/// The XDP program through its own file descriptor, so a thread can run
+/// frames while another holds the [`Datapath`] mutably (reloading it).
+pub struct XdpRunner {
+    program: std::os::fd::OwnedFd,
+}
+
+/// The bpf(2) command that runs a program on a frame.
+pub const BPF_PROG_TEST_RUN: libc::c_long = 10;
+
+/// `union bpf_attr` for BPF_PROG_TEST_RUN.
+#[repr(C)]
+#[derive(Default)]
+pub struct TestRunAttr {
+    pub prog_fd: u32,
+    pub retval: u32,
+    pub data_size_in: u32,
+    pub data_size_out: u32,
+    pub data_in: u64,
+    pub data_out: u64,
+    pub repeat: u32,
+    pub duration: u32,
+    pub ctx_size_in: u32,
+    pub ctx_size_out: u32,
+    pub ctx_in: u64,
+    pub ctx_out: u64,
+    pub flags: u32,
+    pub cpu: u32,
+    pub batch_size: u32,
+    pub _pad: u32,
+}
+
+impl XdpRunner {
+    pub fn new(datapath: &Datapath) -> anyhow::Result<Self> {
+        use std::os::fd::AsFd as _;
+        Ok(Self { program: datapath.xdp().fd()?.as_fd().try_clone_to_owned()? })
+    }
+
+    /// Runs `frame` once; the program's return code.
+    pub fn run(&self, frame: &[u8]) -> anyhow::Result<u32> {
+        use std::os::fd::AsRawFd as _;
+        let mut out = vec![0u8; frame.len() + 256];
+        let mut attr = TestRunAttr {
+            prog_fd: self.program.as_raw_fd() as u32,
+            data_size_in: frame.len() as u32,
+            data_size_out: out.len() as u32,
+            data_in: frame.as_ptr() as u64,
+            data_out: out.as_mut_ptr() as u64,
+            repeat: 1,
+            ..Default::default()
+        };
+        // SAFETY: attr is a fully initialised bpf_attr prefix of the stated
+        // size whose buffers outlive the call; the kernel writes only its
+        // output fields and at most data_size_out bytes of `out`.
+        let rc = unsafe {
+            libc::syscall(libc::SYS_bpf, BPF_PROG_TEST_RUN, &mut attr as *mut TestRunAttr, size_of::<TestRunAttr>())
+        };
+        if rc < 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        Ok(attr.retval)
+    }
+}

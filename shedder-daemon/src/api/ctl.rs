@@ -2,19 +2,19 @@
 //!
 //! Exit codes: 0 ok; 2 invalid (the daemon refused the request as malformed
 //! or the change as invalid); 3 refused (permission); 4 unreachable (no
-//! daemon at the socket); 1 anything else.
+//! daemon at the socket, or no answer within `--timeout`); 1 anything else.
 
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     os::unix::net::UnixStream,
-    path::PathBuf,
+    path::{Path, PathBuf},
     time::Duration,
 };
 
 use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 
-use super::{DEFAULT_SOCKET, protocol::MAX_LINE};
+use super::{SOCKET_DIR, default_socket, protocol::MAX_LINE};
 use crate::config::ActionName;
 
 pub const EXIT_OK: i32 = 0;
@@ -25,9 +25,16 @@ pub const EXIT_UNREACHABLE: i32 = 4;
 
 #[derive(Args, Debug)]
 pub struct CtlArgs {
-    /// The daemon's control socket.
-    #[arg(long, default_value = DEFAULT_SOCKET)]
-    pub socket: PathBuf,
+    /// The daemon's control socket; by default that of --iface, or the only
+    /// one in /run/shedder.
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Talk to the daemon on this interface (/run/shedder/IFACE.sock).
+    #[arg(long, conflicts_with = "socket")]
+    pub iface: Option<String>,
+    /// Seconds to wait for the daemon's answer (a stopped daemon never answers).
+    #[arg(long, default_value = "10", value_parser = parse_timeout)]
+    pub timeout: Duration,
     /// Print the daemon's answer as JSON, unchanged.
     #[arg(long)]
     pub json: bool,
@@ -44,11 +51,11 @@ pub enum CtlOp {
     /// Change some fields of one class (the others keep their values).
     SetClass {
         class: String,
-        #[arg(long)]
+        #[arg(long, value_parser = parse_amount)]
         rate: Option<f64>,
-        #[arg(long)]
+        #[arg(long, value_parser = parse_amount)]
         burst: Option<f64>,
-        #[arg(long)]
+        #[arg(long, value_parser = parse_amount)]
         cost: Option<f64>,
         #[arg(long, value_parser = parse_action)]
         action: Option<ActionName>,
@@ -57,9 +64,9 @@ pub enum CtlOp {
         /// off | observe | enforce | inherit
         #[arg(long)]
         mode: Option<String>,
-        #[arg(long)]
+        #[arg(long, value_parser = parse_amount)]
         deadline_ms: Option<f64>,
-        #[arg(long)]
+        #[arg(long, value_parser = parse_amount)]
         safety_ms: Option<f64>,
         #[arg(long)]
         opportunistic: Option<bool>,
@@ -72,7 +79,9 @@ pub enum CtlOp {
         class: Option<String>,
     },
     /// Replace every classification rule at once; RULES is a JSON array of
-    /// rules (`[{"class": "web", "dst_port": 8000}]`).
+    /// rules (`[{"class": "web", "dst_port": 8000}]`), or @FILE to read it
+    /// from a file (one argument holds at most 128 KiB; every CIDR rule the
+    /// maps hold is about 400 KiB).
     SetRules { rules: String },
     /// Re-read the config file.
     Reload,
@@ -100,6 +109,62 @@ pub enum CtlOp {
     Version,
     /// Send one request line as is.
     Raw { json: String },
+}
+
+/// A number that is neither NaN, infinite nor negative (JSON carries none
+/// of the first two, and no field takes the last).
+fn parse_amount(text: &str) -> Result<f64, String> {
+    let value: f64 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
+    if value.is_nan() {
+        Err("NaN is not a number".into())
+    } else if value.is_infinite() {
+        Err(format!("{text} is infinite"))
+    } else if value < 0.0 {
+        Err(format!("{text} is negative"))
+    } else {
+        Ok(value)
+    }
+}
+
+fn parse_timeout(text: &str) -> Result<Duration, String> {
+    let secs = parse_amount(text)?;
+    if secs == 0.0 || secs > 3600.0 {
+        return Err(format!("{text} s: must be more than 0 and at most 3600"));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// The socket to use: --socket, the one of --iface, or the only socket in
+/// [`SOCKET_DIR`].
+fn socket_of(args: &CtlArgs) -> Result<PathBuf, String> {
+    if let Some(socket) = &args.socket {
+        return Ok(socket.clone());
+    }
+    if let Some(iface) = &args.iface {
+        return Ok(default_socket(iface));
+    }
+    let mut sockets: Vec<PathBuf> = std::fs::read_dir(SOCKET_DIR)
+        .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
+        .unwrap_or_default();
+    sockets.retain(|path| path.extension().is_some_and(|ext| ext == "sock"));
+    sockets.sort();
+    match sockets.as_slice() {
+        [one] => Ok(one.clone()),
+        [] => Err(format!("no daemon's socket in {SOCKET_DIR}: is shedder running? (or give --socket)")),
+        several => Err(format!(
+            "{} daemons run here; pick one with --iface ({})",
+            several.len(),
+            several.iter().filter_map(|p| p.file_stem()).map(|s| s.to_string_lossy()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+}
+
+/// `text`, or the contents of FILE when it is `@FILE`.
+fn argument_or_file(text: &str) -> Result<String, String> {
+    match text.strip_prefix('@') {
+        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}")),
+        None => Ok(text.to_string()),
+    }
 }
 
 fn parse_action(s: &str) -> Result<ActionName, String> {
@@ -164,7 +229,9 @@ pub fn request(op: &CtlOp) -> Result<Value, String> {
             Some(class) => json!({"op": "set_mode", "mode": mode, "class": class}),
             None => json!({"op": "set_mode", "mode": mode}),
         },
-        CtlOp::SetRules { rules } => json!({"op": "set_rules", "rules": parse_json("RULES", rules)?}),
+        CtlOp::SetRules { rules } => {
+            json!({"op": "set_rules", "rules": parse_json("RULES", &argument_or_file(rules)?)?})
+        }
         CtlOp::Reload => json!({"op": "reload"}),
         CtlOp::Sample { samples } => json!({"op": "sample", "samples": parse_json("SAMPLES", samples)?}),
         CtlOp::Admit { class, deadline_ms, now_ms, queue_age_ms, queued_at_ms } => {
@@ -188,6 +255,8 @@ pub fn request(op: &CtlOp) -> Result<Value, String> {
 pub enum CallError {
     /// Could not connect.
     Unreachable(std::io::Error),
+    /// No answer in time: the daemon is stopped, stuck, or swamped.
+    Timeout(Duration),
     /// Connected, but the exchange failed.
     Io(std::io::Error),
     /// The answer was not JSON.
@@ -198,23 +267,44 @@ impl std::fmt::Display for CallError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Self::Unreachable(e) => write!(f, "cannot reach the daemon: {e}"),
+            Self::Timeout(t) => write!(f, "no answer within {} s (is the daemon stopped?)", t.as_secs_f64()),
             Self::Io(e) => write!(f, "talking to the daemon: {e}"),
             Self::BadAnswer(e) => write!(f, "the daemon's answer is not JSON: {e}"),
         }
     }
 }
 
-/// Sends one request and reads its answer.
-pub fn call(socket: &std::path::Path, request: &Value) -> Result<Value, CallError> {
+/// Sends one request and reads its answer, waiting at most 30 s.
+pub fn call(socket: &Path, request: &Value) -> Result<Value, CallError> {
+    call_within(socket, request, Duration::from_secs(30))
+}
+
+/// Sends one request and reads its answer, waiting at most `timeout` in
+/// all. `connect` alone can block for good (a stopped daemon's backlog
+/// full), so the exchange runs on a thread of its own.
+pub fn call_within(socket: &Path, request: &Value, timeout: Duration) -> Result<Value, CallError> {
+    let (tx, answer) = std::sync::mpsc::channel();
+    let (socket, request) = (socket.to_path_buf(), request.clone());
+    std::thread::spawn(move || {
+        let _ = tx.send(exchange(&socket, &request, timeout));
+    });
+    answer.recv_timeout(timeout).unwrap_or(Err(CallError::Timeout(timeout)))
+}
+
+fn exchange(socket: &Path, request: &Value, timeout: Duration) -> Result<Value, CallError> {
     let mut stream = UnixStream::connect(socket).map_err(CallError::Unreachable)?;
-    stream.set_read_timeout(Some(Duration::from_secs(30))).map_err(CallError::Io)?;
+    stream.set_read_timeout(Some(timeout)).map_err(CallError::Io)?;
+    stream.set_write_timeout(Some(timeout)).map_err(CallError::Io)?;
+    // The socket's own timeouts may fire before the caller's: the same timeout.
+    let failed = |e: std::io::Error| match e.kind() {
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => CallError::Timeout(timeout),
+        _ => CallError::Io(e),
+    };
     let mut line = serde_json::to_vec(request).expect("JSON values serialise");
     line.push(b'\n');
-    stream.write_all(&line).map_err(CallError::Io)?;
+    stream.write_all(&line).map_err(failed)?;
     let mut answer = String::new();
-    BufReader::new(std::io::Read::take(&stream, (MAX_LINE * 64) as u64))
-        .read_line(&mut answer)
-        .map_err(CallError::Io)?;
+    BufReader::new(std::io::Read::take(&stream, (MAX_LINE * 64) as u64)).read_line(&mut answer).map_err(failed)?;
     serde_json::from_str(&answer).map_err(|e| CallError::BadAnswer(format!("{e}: {answer:?}")))
 }
 
@@ -239,12 +329,19 @@ pub fn run(args: &CtlArgs) -> i32 {
             return EXIT_INVALID;
         }
     };
-    let answer = match call(&args.socket, &request) {
+    let socket = match socket_of(args) {
+        Ok(socket) => socket,
+        Err(e) => {
+            eprintln!("shedder ctl: {e}");
+            return EXIT_UNREACHABLE;
+        }
+    };
+    let answer = match call_within(&socket, &request, args.timeout) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("shedder ctl: {} ({})", e, args.socket.display());
+            eprintln!("shedder ctl: {} ({})", e, socket.display());
             return match e {
-                CallError::Unreachable(_) => EXIT_UNREACHABLE,
+                CallError::Unreachable(_) | CallError::Timeout(_) => EXIT_UNREACHABLE,
                 _ => EXIT_OTHER,
             };
         }
@@ -271,6 +368,15 @@ fn num(v: &Value, decimals: usize) -> String {
     }
 }
 
+/// A token amount as the config would write it: every digit down to the
+/// datapath's resolution of 0.001, and none after (0.001, 2.5, 100).
+fn tokens(v: &Value) -> String {
+    match v.as_f64() {
+        Some(x) => format!("{}", (x * 1000.0).round() / 1000.0),
+        None => "-".into(),
+    }
+}
+
 /// The answer for people.
 pub fn human(op: &CtlOp, a: &Value) -> String {
     match op {
@@ -290,8 +396,8 @@ pub fn human(op: &CtlOp, a: &Value) -> String {
                     d["at_ms"],
                     d["class"].as_str().unwrap_or("?"),
                     d["action"].as_str().unwrap_or("?"),
-                    num(&d["old_rate"], 3),
-                    num(&d["new_rate"], 3),
+                    tokens(&d["old_rate"]),
+                    tokens(&d["new_rate"]),
                     d["reason"].as_str().unwrap_or(""),
                 );
             }
@@ -365,9 +471,9 @@ fn status_table(a: &Value) -> String {
             c["name"].as_str().unwrap_or("?"),
             mode(&c["mode"]),
             c["action"].as_str().unwrap_or("?"),
-            num(&c["rate"], 2),
-            num(&c["burst"], 1),
-            num(&c["tokens"], 1),
+            tokens(&c["rate"]),
+            tokens(&c["burst"]),
+            tokens(&c["tokens"]),
             k["seen"].to_string(),
             k["admitted"].to_string(),
             k["dropped"].to_string(),

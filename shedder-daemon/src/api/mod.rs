@@ -6,11 +6,21 @@
 //!   on the owner task: a change is whole or absent).
 //! * [`server`]: the listener, peer credentials, line limits and timeouts.
 //! * [`ctl`]: the client behind `shedder ctl`.
+//! * [`strict_json`]: lines with a key given twice are refused.
 
 pub mod ctl;
 pub mod ops;
 pub mod protocol;
 pub mod server;
+pub mod strict_json;
 
-/// Where the daemon listens unless told otherwise.
-pub const DEFAULT_SOCKET: &str = "/run/shedder/control.sock";
+use std::path::PathBuf;
+
+/// Where daemons put their control sockets unless told otherwise.
+pub const SOCKET_DIR: &str = "/run/shedder";
+
+/// The control socket of the daemon on `iface`, unless told otherwise:
+/// one per interface, so that one host can run one daemon per NIC.
+pub fn default_socket(iface: &str) -> PathBuf {
+    PathBuf::from(SOCKET_DIR).join(format!("{iface}.sock"))
+}

@@ -310,6 +310,8 @@ fn status(daemon: &Daemon) -> Result<Value, ApiError> {
         "uptime_s": daemon.uptime().as_secs_f64(),
         "iface": daemon.iface(),
         "attachment": daemon.attachment().to_string(),
+        "attached": daemon.hook_problem().is_none(),
+        "hook_problem": daemon.hook_problem(),
         "gpu": control.controller().last_gpu(),
         "classes": classes,
         "passed": passed,

@@ -135,6 +135,9 @@ impl Request {
     pub fn parse(line: &[u8]) -> Result<Self, ApiError> {
         let value: Value = serde_json::from_slice(line)
             .map_err(|e| ApiError::new(ErrorCode::BadJson, format!("not valid JSON: {e}")))?;
+        if let Some(key) = super::strict_json::duplicate_key(line) {
+            return Err(ApiError::new(ErrorCode::BadRequest, format!("the key {key:?} is given twice in one object")));
+        }
         let Value::Object(object) = &value else {
             return Err(ApiError::new(ErrorCode::BadRequest, "a request is a JSON object, {\"op\": ...}"));
         };

@@ -1,13 +1,22 @@
 //! The listener. One task per connection, so a slow or idle client holds up
 //! nobody else; each request is one short call on the owner task.
 //!
-//! * Lines are at most [`MAX_LINE`] bytes: a longer one is answered
-//!   `too_long`, the rest of it is skipped, and the connection goes on.
+//! * Lines are at most [`MAX_LINE`] bytes ([`MAX_ADMIN_LINE`] from an
+//!   admin, whose `set_rules` may carry every CIDR rule the maps hold): a
+//!   longer one is answered `too_long`, the rest of it is skipped, and the
+//!   connection goes on.
 //! * A client idle for [`IDLE_TIMEOUT`], or that does not take its answer
 //!   within [`WRITE_TIMEOUT`], is disconnected.
 //! * Configuration changes need root, the admin uid or the admin gid
 //!   (`SO_PEERCRED`); everything else is open to whoever can connect (the
 //!   socket's mode and group decide who can).
+//! * Trust: whoever can connect may push samples and so move the budgets of
+//!   controlled classes. [`MAX_CONNECTIONS`] connections are open to anyone;
+//!   [`ADMIN_RESERVED`] more are kept for admins, so that slow clients cannot
+//!   lock the operator out; and each uid may push at most
+//!   [`SAMPLES_PER_SECOND`] samples a second (bursts of [`SAMPLE_BURST`]).
+//! * One daemon per socket: a lock file beside it (`<socket>.lock`) says who
+//!   holds it, and a live socket is never replaced.
 
 use std::{
     os::unix::fs::{MetadataExt as _, PermissionsExt as _},
@@ -23,13 +32,17 @@ use tokio::{
     net::{UnixListener, UnixStream},
     sync::Semaphore,
 };
-use tracing::{info, warn};
+use tracing::info;
 
 use super::{
     ops,
     protocol::{Access, ApiError, ErrorCode, MAX_LINE, Request},
 };
-use crate::daemon::DaemonHandle;
+use crate::{
+    daemon::DaemonHandle,
+    listen::AcceptErrors,
+    lock::{ExclusiveLock, describe_process},
+};
 
 /// An idle connection is closed after this long.
 pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
@@ -37,6 +50,15 @@ pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once; more are told `unavailable` and closed.
 pub const MAX_CONNECTIONS: usize = 1024;
+/// Connections kept for admins beyond [`MAX_CONNECTIONS`].
+pub const ADMIN_RESERVED: usize = 16;
+/// Longest request line from an admin: a `set_rules` with 4096 CIDR rules
+/// per address family is about 400 KiB.
+pub const MAX_ADMIN_LINE: usize = 1024 * 1024;
+/// Samples each uid may push per second, sustained.
+pub const SAMPLES_PER_SECOND: f64 = 2000.0;
+/// Samples each uid may push at once.
+pub const SAMPLE_BURST: f64 = 20_000.0;
 
 /// Who may change the configuration (besides root).
 #[derive(Clone, Debug, Default)]
@@ -49,8 +71,12 @@ impl AccessPolicy {
     pub fn allows(&self, access: Access, uid: u32, gid: u32) -> bool {
         match access {
             Access::Read | Access::Feed => true,
-            Access::Admin => uid == 0 || self.admin_uid == Some(uid) || self.admin_gid == Some(gid),
+            Access::Admin => self.is_admin(uid, gid),
         }
+    }
+
+    pub fn is_admin(&self, uid: u32, gid: u32) -> bool {
+        uid == 0 || self.admin_uid == Some(uid) || self.admin_gid == Some(gid)
     }
 }
 
@@ -60,12 +86,15 @@ pub struct ControlSocket {
     path: PathBuf,
     /// (device, inode) of the file we created, so we never remove another's.
     identity: (u64, u64),
+    /// `<socket>.lock`, held while the socket is ours.
+    _lock: ExclusiveLock,
 }
 
 impl ControlSocket {
     /// Binds `path` (creating its directory), mode 0600, or 0660 owned by
-    /// `group` when given. A file already there is replaced: a stale one
-    /// from a daemon that died, or (with a warning) a live one.
+    /// `group` when given. A stale socket (its daemon died) is replaced; a
+    /// live one, or one whose lock another process holds, is refused, naming
+    /// that process.
     pub fn bind(path: &Path, group: Option<u32>) -> anyhow::Result<Self> {
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
@@ -74,6 +103,11 @@ impl ControlSocket {
             std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
             std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
         }
+        let what = format!("the control socket {}", path.display());
+        let hint = "give each daemon its own --socket (the default is one per interface)";
+        let mut lock_path = path.as_os_str().to_owned();
+        lock_path.push(".lock");
+        let lock = ExclusiveLock::acquire(Path::new(&lock_path), &what, hint)?;
         if let Ok(meta) = std::fs::symlink_metadata(path) {
             use std::os::unix::fs::FileTypeExt as _;
             anyhow::ensure!(
@@ -81,8 +115,11 @@ impl ControlSocket {
                 "{} exists and is not a socket; not replacing it",
                 path.display()
             );
-            if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                warn!(path = %path.display(), "another process is listening on the control socket; taking it over");
+            // A listener that holds no lock (an older shedder, another program).
+            if let Ok(stream) = std::os::unix::net::UnixStream::connect(path) {
+                let holder = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
+                    .map_or_else(|_| "another process".into(), |cred| describe_process(cred.pid() as u32));
+                anyhow::bail!("{what} is in use by {holder}, which listens on it: {hint}");
             }
             std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display()))?;
         }
@@ -100,7 +137,7 @@ impl ControlSocket {
         let meta = std::fs::metadata(path)?;
         listener.set_nonblocking(true)?;
         let listener = UnixListener::from_std(listener)?;
-        Ok(Self { listener: Some(listener), path: path.to_path_buf(), identity: (meta.dev(), meta.ino()) })
+        Ok(Self { listener: Some(listener), path: path.to_path_buf(), identity: (meta.dev(), meta.ino()), _lock: lock })
     }
 
     pub fn path(&self) -> &Path {
@@ -127,30 +164,72 @@ impl Drop for ControlSocket {
 }
 
 async fn serve(listener: UnixListener, handle: DaemonHandle, policy: Arc<AccessPolicy>) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let anyone = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let admins = Arc::new(Semaphore::new(ADMIN_RESERVED));
+    let samples = Arc::new(SampleLimits::default());
+    let mut errors = AcceptErrors::new("control socket");
     loop {
-        let (mut stream, _) = match listener.accept().await {
-            Ok(accepted) => accepted,
+        let mut stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
             Err(e) => {
-                warn!("control socket accept: {e}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                errors.failed(&e).await;
                 continue;
             }
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
+        errors.succeeded();
+        let Ok(cred) = stream.peer_cred() else { continue };
+        let admin = policy.is_admin(cred.uid(), cred.gid());
+        let permit = match anyone.clone().try_acquire_owned() {
+            Ok(permit) => Ok(permit),
+            Err(_) if admin => admins.clone().try_acquire_owned(),
+            Err(e) => Err(e),
+        };
+        let Ok(permit) = permit else {
             let busy = ApiError::new(ErrorCode::Unavailable, "too many connections; try again").to_json();
             tokio::spawn(async move {
                 let _ = tokio::time::timeout(WRITE_TIMEOUT, write_line(&mut stream, &busy)).await;
             });
             continue;
         };
-        let (handle, policy) = (handle.clone(), policy.clone());
+        let (handle, policy, samples) = (handle.clone(), policy.clone(), samples.clone());
         tokio::spawn(async move {
             let _permit = permit;
-            if let Err(e) = connection(stream, handle, &policy).await {
+            let peer = Peer { uid: cred.uid(), gid: cred.gid(), admin };
+            if let Err(e) = connection(stream, peer, handle, &policy, &samples).await {
                 tracing::debug!("control connection ended: {e}");
             }
         });
+    }
+}
+
+/// Who is on the other end.
+#[derive(Clone, Copy)]
+struct Peer {
+    uid: u32,
+    gid: u32,
+    admin: bool,
+}
+
+/// A token bucket of pushed samples per uid.
+#[derive(Default)]
+struct SampleLimits {
+    buckets: std::sync::Mutex<std::collections::HashMap<u32, (f64, tokio::time::Instant)>>,
+}
+
+impl SampleLimits {
+    /// Takes `n` samples from `uid`'s allowance; false (taking nothing) when
+    /// they would go over it.
+    fn take(&self, uid: u32, n: usize) -> bool {
+        let now = tokio::time::Instant::now();
+        let mut buckets = self.buckets.lock().expect("sample limits lock");
+        let (tokens, at) = buckets.entry(uid).or_insert((SAMPLE_BURST, now));
+        *tokens = (*tokens + now.duration_since(*at).as_secs_f64() * SAMPLES_PER_SECOND).min(SAMPLE_BURST);
+        *at = now;
+        if (n as f64) > *tokens {
+            return false;
+        }
+        *tokens -= n as f64;
+        true
     }
 }
 
@@ -187,9 +266,9 @@ enum Line {
     Eof,
 }
 
-/// Reads up to the next newline, keeping at most `MAX_LINE` bytes; a longer
+/// Reads up to the next newline, keeping at most `max` bytes; a longer
 /// line is consumed to its end and reported as too long.
-async fn read_line(reader: &mut BufReader<impl tokio::io::AsyncRead + Unpin>) -> std::io::Result<Line> {
+async fn read_line(reader: &mut BufReader<impl tokio::io::AsyncRead + Unpin>, max: usize) -> std::io::Result<Line> {
     let mut line = Vec::new();
     let mut too_long = false;
     loop {
@@ -206,7 +285,7 @@ async fn read_line(reader: &mut BufReader<impl tokio::io::AsyncRead + Unpin>) ->
             None => (buf, None),
         };
         if !too_long {
-            if line.len() + chunk.len() > MAX_LINE {
+            if line.len() + chunk.len() > max {
                 too_long = true;
                 line = Vec::new();
             } else {
@@ -221,23 +300,28 @@ async fn read_line(reader: &mut BufReader<impl tokio::io::AsyncRead + Unpin>) ->
     }
 }
 
-async fn connection(stream: UnixStream, handle: DaemonHandle, policy: &AccessPolicy) -> std::io::Result<()> {
-    let cred = stream.peer_cred()?;
-    let (uid, gid) = (cred.uid(), cred.gid());
+async fn connection(
+    stream: UnixStream,
+    peer: Peer,
+    handle: DaemonHandle,
+    policy: &AccessPolicy,
+    samples: &SampleLimits,
+) -> std::io::Result<()> {
+    let max = if peer.admin { MAX_ADMIN_LINE } else { MAX_LINE };
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
     loop {
-        let line = match tokio::time::timeout(IDLE_TIMEOUT, read_line(&mut reader)).await {
+        let line = match tokio::time::timeout(IDLE_TIMEOUT, read_line(&mut reader, max)).await {
             Ok(line) => line?,
             Err(_) => return Ok(()),
         };
         let answer = match line {
             Line::Eof => return Ok(()),
             Line::TooLong => {
-                ApiError::new(ErrorCode::TooLong, format!("a request line is at most {MAX_LINE} bytes")).to_json()
+                ApiError::new(ErrorCode::TooLong, format!("a request line is at most {max} bytes")).to_json()
             }
             Line::Complete(line) if line.iter().all(u8::is_ascii_whitespace) => continue,
-            Line::Complete(line) => answer(&line, &handle, policy, uid, gid).await,
+            Line::Complete(line) => answer(&line, &handle, policy, peer, samples).await,
         };
         match tokio::time::timeout(WRITE_TIMEOUT, write_line(&mut write, &answer)).await {
             Ok(result) => result?,
@@ -246,11 +330,30 @@ async fn connection(stream: UnixStream, handle: DaemonHandle, policy: &AccessPol
     }
 }
 
-async fn answer(line: &[u8], handle: &DaemonHandle, policy: &AccessPolicy, uid: u32, gid: u32) -> Value {
+async fn answer(
+    line: &[u8],
+    handle: &DaemonHandle,
+    policy: &AccessPolicy,
+    peer: Peer,
+    samples: &SampleLimits,
+) -> Value {
+    let Peer { uid, gid, .. } = peer;
     let request = match Request::parse(line) {
         Ok(request) => request,
         Err(e) => return e.to_json(),
     };
+    if let Request::Sample(batch) = &request
+        && !samples.take(uid, batch.samples.len())
+    {
+        return ApiError::new(
+            ErrorCode::Unavailable,
+            format!(
+                "uid {uid} is pushing more than {SAMPLES_PER_SECOND} samples a second; this batch of {} was dropped",
+                batch.samples.len()
+            ),
+        )
+        .to_json();
+    }
     if !policy.allows(request.access(), uid, gid) {
         return ApiError::new(
             ErrorCode::Refused,
@@ -275,6 +378,16 @@ async fn answer(line: &[u8], handle: &DaemonHandle, policy: &AccessPolicy, uid: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn each_uid_has_its_own_sample_allowance() {
+        let limits = SampleLimits::default();
+        let burst = SAMPLE_BURST as usize;
+        assert!(limits.take(1000, burst), "a full burst at once");
+        assert!(!limits.take(1000, burst / 2), "then nothing big until it refills");
+        assert!(limits.take(1001, burst), "another uid is not held back");
+        assert!(!limits.take(1002, burst + 1), "more than a burst is never taken");
+    }
 
     #[test]
     fn ok_comes_first_and_the_line_is_json() {

@@ -1,6 +1,7 @@
-//! What a previous daemon left in pinned maps, read back as the plan it
-//! applied, so that the first apply after a restart writes only differences:
-//! a class that kept its slot keeps its bucket and counters.
+//! What a previous daemon left in pinned maps, read back as the maps'
+//! contents and the owner of each class slot, so that the first apply after a
+//! restart writes only differences: a class keeps its slot, and with it its
+//! bucket and counters.
 
 use std::collections::BTreeMap;
 
@@ -13,7 +14,7 @@ use shedder_common::{
     maps::{ClassConfig, GlobalConfig, MAX_CLASSES, names},
 };
 
-use super::map;
+use super::{map, slots::SlotOwners};
 use crate::config::Plan;
 
 /// Which class owns a slot, as stored in `CLASS_IDS`: FNV-1a of its name, a
@@ -22,19 +23,17 @@ pub(super) fn class_id(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
 }
 
-/// The plan the pinned maps hold. Class names are not in the maps, only their
-/// digests: a slot whose digest matches the name `next` gives it keeps that
-/// name; any other gets the empty name, which no valid config has, so
-/// the slot counts as taken by a different class and starts afresh.
-pub(super) fn previous_plan(ebpf: &Ebpf, next: &Plan) -> anyhow::Result<Plan> {
+/// What the pinned maps hold, slot by slot, and who owns each slot. Class
+/// names are not in the maps, only their digests, so the plan's names are
+/// left empty: slots are matched to classes by owner.
+pub(super) fn pinned_contents(ebpf: &Ebpf) -> anyhow::Result<(Plan, SlotOwners)> {
     let ids: Array<_, u64> = Array::try_from(map(ebpf, names::CLASS_IDS)?)?;
     let configs: Array<_, ClassConfig> = Array::try_from(map(ebpf, names::CLASSES)?)?;
-    let used = (0..MAX_CLASSES).map(|slot| ids.get(&slot, 0)).collect::<Result<Vec<_>, _>>()?;
-    let slots = used.iter().rposition(|id| *id != 0).map_or(0, |last| last + 1);
+    let owners = (0..MAX_CLASSES).map(|slot| ids.get(&slot, 0)).collect::<Result<Vec<_>, _>>()?;
+    let slots = owners.iter().rposition(|id| *id != 0).map_or(0, |last| last + 1);
     let mut plan = Plan::default();
-    for (slot, id) in used.iter().take(slots).enumerate() {
-        let kept = next.class_names.get(slot).filter(|name| *id != 0 && class_id(name) == *id);
-        plan.class_names.push(kept.cloned().unwrap_or_default());
+    for slot in 0..slots {
+        plan.class_names.push(String::new());
         plan.classes.push(configs.get(&(slot as u32), 0)?);
     }
     let global: Array<_, GlobalConfig> = Array::try_from(map(ebpf, names::GLOBAL)?)?;
@@ -43,7 +42,7 @@ pub(super) fn previous_plan(ebpf: &Ebpf, next: &Plan) -> anyhow::Result<Plan> {
     plan.src_v6 = read_lpm(map(ebpf, names::SRC_V6)?)?;
     plan.dst_ports = read_array(map(ebpf, names::DST_PORTS)?)?;
     plan.dscp = read_array(map(ebpf, names::DSCP_IN)?)?;
-    Ok(plan)
+    Ok((plan, SlotOwners::from_ids(owners)))
 }
 
 /// The rules of an array map indexed by a small key (zero means no rule).

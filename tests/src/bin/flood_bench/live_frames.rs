@@ -24,9 +24,10 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 
 use anyhow::{Context as _, ensure};
 
+use shedder_tests::test_run::{BPF_PROG_TEST_RUN, TestRunAttr};
+
 use crate::raw_bpf::{self, ADD64_K, Insn, JGT_X, LDX_H, LDX_W, MOV64_K, MOV64_X, STX_H, XDP_TX, insn};
 
-const BPF_PROG_TEST_RUN: libc::c_long = 10;
 const BPF_F_TEST_XDP_LIVE_FRAMES: u32 = 1 << 1;
 /// Frames per batch: the page pool holds this many pages.
 const BATCH_SIZE: u32 = 64;
@@ -60,28 +61,6 @@ const PROGRAM: [Insn; 12] = [
     insn(STX_H, 2, 5, SEQ_LOW_OFFSET, 0),  // store it back
     insn(MOV64_K, 0, 0, 0, XDP_TX),        // r0 = XDP_TX
 ];
-
-/// `union bpf_attr` for BPF_PROG_TEST_RUN.
-#[repr(C)]
-#[derive(Default)]
-struct TestRunAttr {
-    prog_fd: u32,
-    retval: u32,
-    data_size_in: u32,
-    data_size_out: u32,
-    data_in: u64,
-    data_out: u64,
-    repeat: u32,
-    duration: u32,
-    ctx_size_in: u32,
-    ctx_size_out: u32,
-    ctx_in: u64,
-    ctx_out: u64,
-    flags: u32,
-    cpu: u32,
-    batch_size: u32,
-    _pad: u32,
-}
 
 /// `struct xdp_md` as BPF_PROG_TEST_RUN takes it in.
 #[repr(C)]

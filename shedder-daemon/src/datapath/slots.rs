@@ -1,0 +1,162 @@
+//! Which slot of the class maps each class holds.
+//!
+//! A class keeps its slot for as long as it is configured, wherever it sits
+//! in the file: a reload that reorders, adds or removes classes never moves
+//! one, so a rule that points at a slot keeps meaning the same class, and the
+//! class keeps its bucket and counters. A new class takes a slot no class of
+//! the previous plan held, so no rule still in the maps can point at it
+//! before its own rules are written.
+
+use shedder_common::{classify::target_for, maps::MAX_CLASSES};
+
+use super::inherit::class_id;
+use crate::config::Plan;
+
+/// The owner of every slot, as `CLASS_IDS` stores it: the digest of the
+/// class's name, or 0 for a free slot.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct SlotOwners(Vec<u64>);
+
+/// Where a plan's classes go.
+pub(super) struct Layout {
+    /// The owners once the plan is in.
+    pub owners: SlotOwners,
+    /// The slot of each class, in the plan's order.
+    pub slot_of: Vec<u32>,
+    /// Slots that a class of the previous plan held and another class takes
+    /// now, because the never-used ones ran out.
+    pub reused: Vec<u32>,
+}
+
+impl Default for SlotOwners {
+    fn default() -> Self {
+        Self(vec![0; MAX_CLASSES as usize])
+    }
+}
+
+impl SlotOwners {
+    /// From the ids read out of `CLASS_IDS`, one per slot.
+    pub fn from_ids(ids: Vec<u64>) -> Self {
+        debug_assert_eq!(ids.len(), MAX_CLASSES as usize);
+        Self(ids)
+    }
+
+    /// The owner of `slot` (0: free).
+    pub fn get(&self, slot: u32) -> u64 {
+        self.0[slot as usize]
+    }
+
+    /// Slots for `names`: a class already here keeps its slot; a new one
+    /// takes the lowest slot nobody held, or, when none is left, one whose
+    /// class is leaving (reported in [`Layout::reused`]).
+    pub fn layout(&self, names: &[String]) -> Layout {
+        assert!(names.len() <= MAX_CLASSES as usize, "the config holds at most {MAX_CLASSES} classes");
+        let ids: Vec<u64> = names.iter().map(|name| class_id(name)).collect();
+        let mut owners = Self::default();
+        let mut slot_of = vec![None; names.len()];
+        for (i, id) in ids.iter().enumerate() {
+            if let Some(slot) = self.0.iter().position(|owner| owner == id) {
+                owners.0[slot] = *id;
+                slot_of[i] = Some(slot as u32);
+            }
+        }
+        let mut reused = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            if slot_of[i].is_some() {
+                continue;
+            }
+            let free = |slot: &usize| owners.0[*slot] == 0;
+            let slot = match (0..self.0.len()).find(|slot| free(slot) && self.0[*slot] == 0) {
+                Some(slot) => slot,
+                None => {
+                    let slot = (0..self.0.len()).find(free).expect("at most MAX_CLASSES classes");
+                    reused.push(slot as u32);
+                    slot
+                }
+            };
+            owners.0[slot] = *id;
+            slot_of[i] = Some(slot as u32);
+        }
+        Layout { owners, slot_of: slot_of.into_iter().map(|slot| slot.expect("every class placed")).collect(), reused }
+    }
+}
+
+/// `plan` as the maps hold it: each class at its slot (free slots empty and
+/// unnamed), and every rule and the default class pointing at slots.
+pub(super) fn place(plan: &Plan, slot_of: &[u32]) -> Plan {
+    let slots = slot_of.iter().max().map_or(0, |last| *last as usize + 1);
+    let mut placed = Plan {
+        global: plan.global,
+        classes: vec![Default::default(); slots],
+        class_names: vec![String::new(); slots],
+        ..Plan::default()
+    };
+    for (i, slot) in slot_of.iter().enumerate() {
+        placed.classes[*slot as usize] = plan.classes[i];
+        placed.class_names[*slot as usize] = plan.class_names[i].clone();
+    }
+    placed.global.default_class = slot_of[plan.global.default_class as usize] as u8;
+    // A rule target is `class + 1`; 0 (no rule) never appears in a plan.
+    let retarget = |target: &u32| target_for(slot_of[*target as usize - 1]);
+    placed.src_v4 = plan.src_v4.iter().map(|(k, t)| (*k, retarget(t))).collect();
+    placed.src_v6 = plan.src_v6.iter().map(|(k, t)| (*k, retarget(t))).collect();
+    placed.dst_ports = plan.dst_ports.iter().map(|(k, t)| (*k, retarget(t))).collect();
+    placed.dscp = plan.dscp.iter().map(|(k, t)| (*k, retarget(t))).collect();
+    placed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn owners_of(list: &[&str]) -> SlotOwners {
+        SlotOwners::default().layout(&names(list)).owners
+    }
+
+    #[test]
+    fn classes_keep_their_slots_whatever_the_order() {
+        // (before, after, slots of `after`)
+        let table: [(&[&str], &[&str], &[u32]); 5] = [
+            (&[], &["a", "b", "c"], &[0, 1, 2]),
+            (&["a", "b", "c"], &["a", "c", "b"], &[0, 2, 1]),
+            (&["a", "b", "c"], &["c", "b", "a"], &[2, 1, 0]),
+            // A new class never takes the slot of one that is leaving.
+            (&["a", "b", "c"], &["a", "d", "c"], &[0, 3, 2]),
+            (&["a", "b"], &["x", "y", "a"], &[2, 3, 0]),
+        ];
+        for (before, after, want) in table {
+            let layout = owners_of(before).layout(&names(after));
+            assert_eq!(layout.slot_of, want, "{before:?} -> {after:?}");
+            assert!(layout.reused.is_empty());
+        }
+    }
+
+    #[test]
+    fn when_never_used_slots_run_out_a_leaving_class_s_slot_is_reused_and_reported() {
+        let all: Vec<String> = (0..MAX_CLASSES).map(|i| format!("c{i}")).collect();
+        let before = SlotOwners::default().layout(&all).owners;
+        let mut after = all.clone();
+        after[5] = "new".into();
+        let layout = before.layout(&after);
+        assert_eq!(layout.slot_of[5], 5);
+        assert_eq!(layout.reused, [5]);
+    }
+
+    #[test]
+    fn placing_points_rules_and_the_default_at_slots() {
+        let mut plan =
+            Plan { class_names: names(&["a", "b"]), classes: vec![Default::default(); 2], ..Plan::default() };
+        plan.global.default_class = 1;
+        plan.dst_ports.insert(80, target_for(0));
+        plan.dscp.insert(8, target_for(1));
+        let placed = place(&plan, &[3, 0]);
+        assert_eq!(placed.class_names, ["b", "", "", "a"]);
+        assert_eq!(placed.global.default_class, 0);
+        assert_eq!(placed.dst_ports[&80], target_for(3));
+        assert_eq!(placed.dscp[&8], target_for(0));
+    }
+}
