@@ -84,6 +84,7 @@ impl Decision {
             service_p95_ms = %format_args!("{:.0}", s.service_p95_ms),
             service_term_ms = %format_args!("{:.0}", s.service_term_ms),
             safety_ms = %format_args!("{:.0}", s.safety_ms),
+            stale_inputs = %s.stale.words(),
             p_on_time = %format_args!("{:.3}", s.p_on_time),
             threshold = %format_args!("{:.3}", s.threshold),
             capacity = %format_args!("{:.2}", self.capacity.capacity),

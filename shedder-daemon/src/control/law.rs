@@ -278,6 +278,7 @@ mod tests {
             service_p95_ms: 0.0,
             service_term_ms: 0.0,
             mean_service_ms: 0.0,
+            stale: Default::default(),
             best_chance: 1.0,
             threshold: 0.95,
             p_on_time: 1.0,

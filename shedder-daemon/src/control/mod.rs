@@ -86,7 +86,7 @@ pub use capacity::{CapacityModel, CapacitySource};
 pub use decision::{Action, Decision, DecisionLog};
 pub use gate::{GateParams, GpuSummary};
 use law::{Law, Move};
-pub use slack::{Slack, slack};
+pub use slack::{Slack, Stale, slack};
 pub use tier::Tier;
 
 use crate::estimate::ClassEstimate;
@@ -162,6 +162,10 @@ pub struct ControlParams {
     /// backend counts as idle (the sanity guard).
     #[serde(default = "d_idle_fraction")]
     pub idle_fraction: f64,
+    /// A scraped server's live gauges older than this are stale, ms (a few
+    /// scrape intervals: scrapes are slower than ticks).
+    #[serde(default = "d_stale_after_ms")]
+    pub stale_after_ms: u64,
     /// The backend's worker count (`[backend] workers`), the capacity until
     /// one is learnt.
     #[serde(skip)]
@@ -190,6 +194,9 @@ fn d_waste_tolerance() -> f64 {
 }
 fn d_idle_fraction() -> f64 {
     0.5
+}
+fn d_stale_after_ms() -> u64 {
+    3_000
 }
 
 fn d_tick_ms() -> u64 {
@@ -247,6 +254,7 @@ impl Default for ControlParams {
             retry_share_max: d_retry_share_max(),
             waste_tolerance: d_waste_tolerance(),
             idle_fraction: d_idle_fraction(),
+            stale_after_ms: d_stale_after_ms(),
             workers: None,
             gate: GateParams::default(),
         }

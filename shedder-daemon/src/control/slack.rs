@@ -6,7 +6,8 @@
 //! service_term   = the service curve's θ quantile,  θ = admit_confidence · best_chance
 //! best_chance    = P(service ≤ deadline − safety)      (a job served at once)
 //! queue_term     = max(queue_age_p95 (recent), predicted_wait)
-//! predicted_wait = queue_depth / drain_rate             (Little's law, when both are known)
+//! predicted_wait = max(queue_depth / drain_rate,        (Little's law, when both are known)
+//!                      a scraped server's live queue estimate)
 //! p_on_time      = P(service ≤ deadline − safety − queue_term)   (a job arriving now)
 //! slack_p10      = deadline − queue_age_p90 (recent) − service_term − safety
 //! ```
@@ -22,6 +23,10 @@
 //!   admission ([`crate::admit`]) applies the same threshold to each job.
 //! * **Safety** is the class's own `safety_ms`, or derived from its measured
 //!   spread and capped at a fraction of the deadline (see [`super::safety`]).
+//!   Stale live inputs (a scraped server's gauges frozen, or its scrapes
+//!   late) double it (at most to twice the cap) and drop the live estimate
+//!   from the queue term: caution, but never a budget pinned at its floor
+//!   on a figure that stopped moving.
 //! * **Two horizons.** Service time is a property of the workload: its curve
 //!   is the window's, or the recent horizon's where that is slower (a new
 //!   tail shows there seconds before it dominates the window). Queue age is a
@@ -41,6 +46,7 @@ use serde::Serialize;
 use super::{ClassPolicy, ControlParams, safety};
 use crate::estimate::{ClassEstimate, Source};
 use crate::service_curve::ServiceCurve;
+use crate::telemetry::freshness::StaleInput;
 
 /// The slack of one class at one tick, with every term that made it.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -69,6 +75,8 @@ pub struct Slack {
     pub service_term_ms: f64,
     /// Mean service time: what an admitted job costs a worker, ms.
     pub mean_service_ms: f64,
+    /// Which live inputs were stale (and so widened the margin).
+    pub stale: Stale,
     /// `P(service ≤ deadline − safety)`: the chance of a job served at once.
     pub best_chance: f64,
     /// The on-time chance a job must keep to be worth a worker.
@@ -104,6 +112,9 @@ impl Slack {
                 "predicted wait {w:.0} ms (depth {d} / drain {r:.1}/s; queue_age_p95 {:.0} ms)",
                 self.queue_age_p95_ms
             ),
+            (Some(w), None, _) if w > self.queue_age_p95_ms => {
+                format!("live queue estimate {w:.0} ms (queue_age_p95 {:.0} ms)", self.queue_age_p95_ms)
+            }
             _ => format!(
                 "queue_age_p95 {:.0} ms{}",
                 self.queue_age_p95_ms,
@@ -125,9 +136,34 @@ impl Slack {
         )
     }
 
-    /// The margin in words, e.g. `safety 104 ms (derived)`.
+    /// The margin in words, e.g. `safety 104 ms (derived)`, or
+    /// `safety 208 ms (derived, doubled: stale frozen_gauges)`.
     pub fn safety_words(&self) -> String {
-        format!("safety {:.0} ms{}", self.safety_ms, if self.safety_derived { " (derived)" } else { "" })
+        let how = match (self.safety_derived, self.stale.any()) {
+            (false, false) => String::new(),
+            (true, false) => " (derived)".into(),
+            (d, true) => format!(" ({}doubled: stale {})", if d { "derived, " } else { "" }, self.stale.words()),
+        };
+        format!("safety {:.0} ms{how}", self.safety_ms)
+    }
+}
+
+/// Live inputs not to trust this tick.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct Stale {
+    pub frozen_gauges: bool,
+    pub old_scrape: bool,
+}
+
+impl Stale {
+    pub fn any(self) -> bool {
+        self.frozen_gauges || self.old_scrape
+    }
+
+    /// E.g. `frozen_gauges, old_scrape`; empty when none.
+    pub fn words(self) -> String {
+        let names = [(self.frozen_gauges, "frozen_gauges"), (self.old_scrape, "old_scrape")];
+        names.iter().filter(|(on, _)| *on).map(|(_, n)| *n).collect::<Vec<_>>().join(", ")
     }
 }
 
@@ -142,19 +178,38 @@ pub fn slack(policy: &ClassPolicy, estimate: Option<&ClassEstimate>, p: &Control
     let curve = estimate.map_or(&no_data, |e| &e.service_curve);
     let service_samples = estimate.map_or(0, |e| e.service.samples);
     let deadline = policy.deadline_ms;
-    let (safety_ms, safety_derived) = match policy.safety_ms {
+    let mut stale = Stale::default();
+    for input in estimate.map_or_else(Vec::new, |e| e.live.stale_inputs(p.stale_after_ms)) {
+        match input {
+            StaleInput::FrozenGauges => stale.frozen_gauges = true,
+            StaleInput::OldScrape => stale.old_scrape = true,
+        }
+    }
+    let (mut safety_ms, safety_derived) = match policy.safety_ms {
         Some(ms) => (ms, false),
         None => (safety::derived_ms(p, deadline, curve, service_samples), true),
     };
+    if stale.any() {
+        safety_ms = (2.0 * safety_ms).min((2.0 * p.safety_max_fraction * deadline).max(safety_ms));
+    }
     let best_chance = curve.p_within(deadline - safety_ms);
     let threshold = p.admit_confidence * best_chance;
     let service_term = curve.quantile(threshold);
 
     let depth = estimate.and_then(|e| e.queue_depth).filter(|g| g.age_ms <= p.depth_max_age_ms).map(|g| g.value);
     let drain = estimate.and_then(|e| e.drain_rate_per_s).filter(|r| *r > 0.0);
-    let predicted_wait_ms = match (depth, drain) {
+    let littles_law = match (depth, drain) {
         (Some(d), Some(r)) => Some(d as f64 / r * 1000.0),
         _ => None,
+    };
+    // A scraped server's own live estimate, while its gauges can be trusted.
+    let live = estimate
+        .and_then(|e| e.live.predicted_queue_age_ms)
+        .filter(|g| !stale.any() && g.age_ms <= p.depth_max_age_ms)
+        .map(|g| g.value);
+    let predicted_wait_ms = match (littles_law, live) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
     };
     let (qa, qa_window_p95, horizon_ms, qa_samples, qa_source) = match estimate {
         Some(e) => (
@@ -184,6 +239,7 @@ pub fn slack(policy: &ClassPolicy, estimate: Option<&ClassEstimate>, p: &Control
         service_p95_ms: curve.quantile(0.95),
         service_term_ms: service_term,
         mean_service_ms: curve.mean_ms,
+        stale,
         best_chance,
         threshold,
         p_on_time: curve.p_within(deadline - safety_ms - queue_term),
@@ -296,6 +352,30 @@ mod tests {
         // A stale depth is not used.
         e.queue_depth = Some(Gauge { value: 24, age_ms: 2_001 });
         assert_eq!(slack(&policy(Some(250.0)), Some(&e), &p).predicted_wait_ms, None);
+    }
+
+    #[test]
+    fn stale_live_inputs_widen_the_margin_and_a_fresh_live_estimate_predicts_the_wait() {
+        use crate::estimate::LiveSignals;
+        let p = ControlParams::default();
+        let mut e = estimate(dist(80.0, 100.0, Source::Window), 120.0, 400.0, Source::Window);
+        e.live = LiveSignals {
+            predicted_queue_age_ms: Some(Gauge { value: 1_200.0, age_ms: 500 }),
+            gauges_frozen: Some(Gauge { value: false, age_ms: 500 }),
+            ..LiveSignals::default()
+        };
+        let fresh = slack(&policy(None), Some(&e), &p);
+        assert_eq!((fresh.queue_term_ms, fresh.stale), (1_200.0, Stale::default()));
+        assert!(fresh.queue_term_words().starts_with("live queue estimate 1200 ms"), "{}", fresh.queue_term_words());
+        e.live.gauges_frozen = Some(Gauge { value: true, age_ms: 500 });
+        let frozen = slack(&policy(None), Some(&e), &p);
+        assert!(frozen.stale.frozen_gauges && !frozen.stale.old_scrape);
+        // The frozen figure is not used, and the margin doubles.
+        assert_eq!(frozen.queue_term_ms, 100.0);
+        assert!((frozen.safety_ms - 2.0 * fresh.safety_ms).abs() < 1e-9);
+        assert!(frozen.safety_words().contains("doubled: stale frozen_gauges"), "{}", frozen.safety_words());
+        e.live.gauges_frozen = Some(Gauge { value: false, age_ms: 60_000 });
+        assert!(slack(&policy(None), Some(&e), &p).stale.old_scrape);
     }
 
     #[test]
