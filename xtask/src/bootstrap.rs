@@ -8,6 +8,8 @@
 //! * `ip` (iproute2): the test beds create network namespaces and veth pairs.
 //! * `nft` (nftables), for the drill and the benchmarks: the operator's static
 //!   alternative that shedder is compared with.
+//! * For `cargo xtask deb`: `cargo-deb`, which builds the package, and
+//!   `help2man`, which writes its man page from `shedder --help`.
 
 use std::{
     path::{Path, PathBuf},
@@ -20,6 +22,8 @@ use crate::cmd::{self, find_on_path, is_executable, is_root};
 
 /// The bpf-linker release known to work with the pinned aya crates.
 const BPF_LINKER_VERSION: &str = "0.13.0";
+/// The cargo-deb release `cargo xtask deb` is written against.
+const CARGO_DEB_VERSION: &str = "3.8.0";
 /// LLVM majors that bpf-linker 0.13.0 has a `llvm-N` feature for.
 const BPF_LINKER_LLVM_MAJORS: [u32; 3] = [21, 22, 23];
 
@@ -31,12 +35,18 @@ pub struct SystemTool {
     pub why: &'static str,
 }
 
-const IPROUTE2: SystemTool =
+pub const IPROUTE2: SystemTool =
     SystemTool { package: "iproute2", binary: "ip", why: "the test beds create network namespaces and veth pairs" };
 const NFTABLES: SystemTool = SystemTool {
     package: "nftables",
     binary: "nft",
     why: "the drill's `static` mode and the flood benchmark compare shedder with an nftables rule",
+};
+
+pub const HELP2MAN: SystemTool = SystemTool {
+    package: "help2man",
+    binary: "help2man",
+    why: "the package's man page is written from `shedder --help`",
 };
 
 /// What a task needs from the machine.
@@ -267,6 +277,20 @@ fn symlink_force(target: &Path, link: &Path) -> anyhow::Result<()> {
     }
     std::os::unix::fs::symlink(target, link)
         .with_context(|| format!("linking {} -> {}", link.display(), target.display()))
+}
+
+/// cargo-deb, from crates.io, for `cargo xtask deb`.
+pub fn ensure_cargo_deb() -> anyhow::Result<()> {
+    let in_cargo_bin = cargo_home()?.join("bin").join("cargo-deb");
+    if let Some(path) = find_on_path("cargo-deb").or_else(|| is_executable(&in_cargo_bin).then_some(in_cargo_bin)) {
+        say(format!("cargo-deb: present ({})", path.display()));
+        return Ok(());
+    }
+    say(format!(
+        "cargo-deb is not installed (it builds the Debian package); building {CARGO_DEB_VERSION} from crates.io"
+    ));
+    cmd::run(cmd::cargo().args(["install", "cargo-deb", "--locked", "--version", CARGO_DEB_VERSION]))
+        .context("building cargo-deb")
 }
 
 fn prepend_to_path(dir: &Path) -> anyhow::Result<()> {

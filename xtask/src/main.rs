@@ -7,6 +7,7 @@ mod bench;
 mod bootstrap;
 mod build;
 mod cmd;
+mod deb;
 mod demo;
 mod drill;
 mod fuzz;
@@ -33,6 +34,9 @@ enum Task {
         #[arg(long)]
         debug: bool,
     },
+    /// Build the Debian package (cargo-deb) into target/debian/: the binary, the
+    /// unit and sysusers files, the observe-mode config as a conffile, the man page, the docs.
+    Deb(deb::Args),
     /// Run every test (unit, BPF_PROG_TEST_RUN tables, network-namespace end-to-end). Needs root.
     ///
     /// Arguments after `--` go to `cargo test`; put test-binary arguments after a second `--`.
@@ -73,6 +77,7 @@ fn main() {
     let result = match cli.task {
         Task::Bootstrap => bootstrap::run(bootstrap::Needs::everything("bootstrap")),
         Task::Build { debug } => build::run(debug),
+        Task::Deb(args) => deb::run(args),
         Task::Test { args } => test::run(&args),
         Task::Bench { args } => bench::run(&args),
         Task::Demo { args } => demo::run(&args),
