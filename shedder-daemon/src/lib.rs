@@ -38,3 +38,4 @@ pub mod privilege;
 pub mod report;
 pub mod service_curve;
 pub mod telemetry;
+pub mod top;

@@ -85,6 +85,8 @@ enum Command {
     },
     /// Talk to a running daemon through its control socket.
     Ctl(api::ctl::CtlArgs),
+    /// A live view of a running daemon: classes, rates, slack, decisions.
+    Top(shedder_daemon::top::TopArgs),
     /// Validate a configuration file and print what it compiles to.
     CheckConfig {
         /// Configuration file (TOML); the embedded default when absent.
@@ -146,6 +148,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Ctl(args) => std::process::exit(api::ctl::run(&args)),
+        Command::Top(args) => shedder_daemon::top::run(&args),
         Command::Detach { iface, pin_root } => {
             let dir = PinDir::new(&pin_root, &iface)?;
             // Never pull the maps from under a running daemon.

@@ -78,26 +78,22 @@ impl Bed {
         std::fs::write(dir.join("shedder.toml"), config).unwrap();
         // Let `nobody` reach the socket's directory.
         std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let socket = dir.join("control.sock");
-        // A stale socket from a daemon that died: replaced at start.
-        drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
-        let child = Command::new("ip")
-            .args(["netns", "exec", &ns, env!("CARGO_BIN_EXE_shedder"), "run", "--iface", "veth-in"])
-            .args(["--report-every", "60", "--no-pin", "--socket-group", "nogroup", "--config"])
-            .arg(dir.join("shedder.toml"))
-            .arg("--socket")
-            .arg(&socket)
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let bed = Bed { ns, dir, child };
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while UnixStream::connect(bed.socket()).is_err() {
-            assert!(Instant::now() < deadline, "the control socket never came up");
-            std::thread::sleep(Duration::from_millis(50));
+        let child = spawn_daemon(&ns, &dir);
+        Bed { ns, dir, child }
+    }
+
+    /// SIGTERM to the daemon, and waits for its exit.
+    pub fn stop_daemon(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
+            let _ = self.child.wait();
         }
-        bed
+    }
+
+    /// Starts the daemon again after [`Bed::stop_daemon`], on the same socket.
+    pub fn restart_daemon(&mut self) {
+        self.child = spawn_daemon(&self.ns, &self.dir);
     }
 
     pub fn socket(&self) -> PathBuf {
@@ -129,14 +125,34 @@ impl Bed {
 
 impl Drop for Bed {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let _ = self.child.wait();
-        }
+        self.stop_daemon();
         let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
         let _ = std::fs::remove_dir_all(&self.dir);
     }
+}
+
+/// `shedder run` on `dir`'s config and socket in `ns`; returns once its socket answers.
+fn spawn_daemon(ns: &str, dir: &Path) -> std::process::Child {
+    let socket = dir.join("control.sock");
+    // A stale socket from a daemon that died: replaced at start.
+    let _ = std::fs::remove_file(&socket);
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let child = Command::new("ip")
+        .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_shedder"), "run", "--iface", "veth-in"])
+        .args(["--report-every", "60", "--no-pin", "--socket-group", "nogroup", "--config"])
+        .arg(dir.join("shedder.toml"))
+        .arg("--socket")
+        .arg(&socket)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while UnixStream::connect(&socket).is_err() {
+        assert!(Instant::now() < deadline, "the control socket never came up");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    child
 }
 
 /// One connection, many requests.

@@ -1,0 +1,292 @@
+//! What `shedder top` shows, built from the daemon's `status` and
+//! `decisions` answers: counter rates between two polls, a minute of slack
+//! per class, whether the daemon is reachable, and a mode change waiting for
+//! its confirmation. No terminal here, so it is tested as plain data.
+
+use std::{
+    collections::{HashMap, VecDeque},
+    time::{Duration, Instant},
+};
+
+use serde_json::Value;
+
+/// How far back the slack sparkline reaches.
+pub const SLACK_HISTORY: Duration = Duration::from_secs(60);
+
+/// Per-second rates of one class's counters between two polls.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Rates {
+    pub offered: f64,
+    pub admitted: f64,
+    /// Dropped or rejected.
+    pub shed: f64,
+    /// Counted over budget and let through (observe mode).
+    pub would_shed: f64,
+}
+
+/// The counters a rate is taken of, as `status` reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct Counters {
+    seen: u64,
+    admitted: u64,
+    shed: u64,
+    would_shed: u64,
+}
+
+impl Counters {
+    fn of_class(class: &Value) -> Self {
+        let c = &class["counters"];
+        let n = |k: &str| c[k].as_u64().unwrap_or(0);
+        Self {
+            seen: n("seen"),
+            admitted: n("admitted"),
+            shed: n("dropped") + n("rejected"),
+            would_shed: n("would_shed"),
+        }
+    }
+
+    /// Rates from `earlier` to `self` over `secs`; a counter that went back
+    /// (a restarted, unpinned daemon) counts from zero.
+    fn rates_since(&self, earlier: &Self, secs: f64) -> Rates {
+        let per_s = |now: u64, then: u64| if now >= then { (now - then) as f64 / secs } else { now as f64 / secs };
+        Rates {
+            offered: per_s(self.seen, earlier.seen),
+            admitted: per_s(self.admitted, earlier.admitted),
+            shed: per_s(self.shed, earlier.shed),
+            would_shed: per_s(self.would_shed, earlier.would_shed),
+        }
+    }
+}
+
+/// Whether the last poll reached the daemon.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Link {
+    Connecting,
+    Up,
+    /// Why, in words.
+    Unreachable(String),
+}
+
+/// The modes a class can be switched to, in the order `m` cycles them.
+pub const CLASS_MODES: [&str; 4] = ["off", "observe", "enforce", "inherit"];
+
+/// A mode change shown for confirmation before it is sent.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingChange {
+    pub class: String,
+    pub mode: &'static str,
+}
+
+pub struct Model {
+    pub link: Link,
+    /// The last `status` answer.
+    pub status: Option<Value>,
+    pub decisions: Vec<Value>,
+    pub rates: HashMap<String, Rates>,
+    slack: HashMap<String, VecDeque<(Instant, f64)>>,
+    last: Option<(Instant, HashMap<String, Counters>, u64)>,
+    /// SYNs passed by the fail-open watchdog since the previous poll.
+    pub failing_open: bool,
+    pub selected: usize,
+    pub pending: Option<PendingChange>,
+    /// The outcome of the last change, or why changes are refused.
+    pub message: Option<String>,
+    /// Set once the daemon refused a change: this user may only look.
+    pub read_only: bool,
+}
+
+impl Default for Model {
+    fn default() -> Self {
+        Self {
+            link: Link::Connecting,
+            status: None,
+            decisions: Vec::new(),
+            rates: HashMap::new(),
+            slack: HashMap::new(),
+            last: None,
+            failing_open: false,
+            selected: 0,
+            pending: None,
+            message: None,
+            read_only: false,
+        }
+    }
+}
+
+impl Model {
+    /// Takes in a `status` answer polled at `now`.
+    pub fn update_status(&mut self, status: Value, now: Instant) {
+        let classes = class_list(&status);
+        let counters: HashMap<String, Counters> =
+            classes.iter().map(|c| (name(c).to_string(), Counters::of_class(c))).collect();
+        let fail_open = status["passed"]["fail_open"].as_u64().unwrap_or(0);
+        if let Some((then, earlier, fail_open_then)) = &self.last {
+            let secs = now.duration_since(*then).as_secs_f64();
+            if secs > 0.0 {
+                self.rates = counters
+                    .iter()
+                    .map(|(name, c)| {
+                        (name.clone(), c.rates_since(&earlier.get(name).copied().unwrap_or_default(), secs))
+                    })
+                    .collect();
+            }
+            self.failing_open = fail_open > *fail_open_then;
+        }
+        for class in &classes {
+            if let Some(slack) = class["slack"]["slack_ms"].as_f64() {
+                let history = self.slack.entry(name(class).to_string()).or_default();
+                history.push_back((now, slack));
+                while history.front().is_some_and(|(at, _)| now.duration_since(*at) > SLACK_HISTORY) {
+                    history.pop_front();
+                }
+            }
+        }
+        self.slack.retain(|n, _| counters.contains_key(n));
+        self.selected = self.selected.min(classes.len().saturating_sub(1));
+        self.last = Some((now, counters, fail_open));
+        self.status = Some(status);
+        self.link = Link::Up;
+    }
+
+    /// The daemon could not be reached: keep the last figures, say so, and
+    /// take rates afresh once it is back.
+    pub fn unreachable(&mut self, why: String) {
+        self.link = Link::Unreachable(why);
+        self.last = None;
+        self.rates.clear();
+    }
+
+    pub fn class_names(&self) -> Vec<String> {
+        self.status.as_ref().map(|s| class_list(s).iter().map(|c| name(c).to_string()).collect()).unwrap_or_default()
+    }
+
+    /// The last minute of a class's slack, oldest first.
+    pub fn slack_history(&self, class: &str) -> Vec<f64> {
+        self.slack.get(class).map(|h| h.iter().map(|(_, s)| *s).collect()).unwrap_or_default()
+    }
+
+    pub fn select_next(&mut self, step: isize) {
+        let n = self.class_names().len();
+        if n > 0 {
+            self.selected = (self.selected as isize + step).rem_euclid(n as isize) as usize;
+        }
+    }
+
+    /// Proposes the selected class's next mode (for confirmation).
+    pub fn propose_next_mode(&mut self) {
+        if self.read_only {
+            self.message = Some("read-only: this user may not change the configuration".into());
+            return;
+        }
+        let Some(status) = &self.status else { return };
+        let Some(class) = class_list(status).get(self.selected).copied() else { return };
+        let current = class["mode"].as_str().unwrap_or("");
+        let at = CLASS_MODES.iter().position(|m| *m == current).unwrap_or(CLASS_MODES.len() - 1);
+        let mode = CLASS_MODES[(at + 1) % CLASS_MODES.len()];
+        self.pending = Some(PendingChange { class: name(class).to_string(), mode });
+    }
+
+    /// Takes in the daemon's answer to a change.
+    pub fn change_answered(&mut self, change: &PendingChange, answer: &Value) {
+        self.message = Some(if answer["ok"] == Value::Bool(true) {
+            format!("class {} set to {} (config version {})", change.class, change.mode, answer["config_version"])
+        } else {
+            let code = answer["error"]["code"].as_str().unwrap_or("error");
+            if code == "refused" {
+                self.read_only = true;
+            }
+            format!("{code}: {}", answer["error"]["message"].as_str().unwrap_or("(no message)"))
+        });
+    }
+}
+
+fn class_list(status: &Value) -> Vec<&Value> {
+    status["classes"].as_array().map(|a| a.iter().collect()).unwrap_or_default()
+}
+
+fn name(class: &Value) -> &str {
+    class["name"].as_str().unwrap_or("?")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn status(seen: u64, admitted: u64, dropped: u64, would_shed: u64, slack_ms: f64, fail_open: u64) -> Value {
+        json!({
+            "mode": "observe",
+            "passed": {"fail_open": fail_open},
+            "classes": [{
+                "name": "web", "mode": "observe",
+                "counters": {"seen": seen, "admitted": admitted, "dropped": dropped, "rejected": 0, "marked": 0, "would_shed": would_shed},
+                "slack": {"slack_ms": slack_ms},
+            }],
+        })
+    }
+
+    #[test]
+    fn rates_are_counter_deltas_over_the_poll_interval() {
+        let t0 = Instant::now();
+        let mut model = Model::default();
+        model.update_status(status(100, 90, 10, 0, 50.0, 0), t0);
+        assert!(model.rates.is_empty(), "one poll gives no rate");
+        model.update_status(status(300, 250, 50, 20, 40.0, 0), t0 + Duration::from_secs(2));
+        assert_eq!(model.rates["web"], Rates { offered: 100.0, admitted: 80.0, shed: 20.0, would_shed: 10.0 });
+        // A restarted daemon starts its counters again.
+        model.update_status(status(10, 10, 0, 0, 40.0, 0), t0 + Duration::from_secs(3));
+        assert_eq!(model.rates["web"].offered, 10.0);
+    }
+
+    #[test]
+    fn slack_history_keeps_one_minute() {
+        let t0 = Instant::now();
+        let mut model = Model::default();
+        for s in 0..90 {
+            model.update_status(status(0, 0, 0, 0, s as f64, 0), t0 + Duration::from_secs(s));
+        }
+        let history = model.slack_history("web");
+        assert_eq!(history.first(), Some(&29.0));
+        assert_eq!(history.last(), Some(&89.0));
+    }
+
+    #[test]
+    fn fail_open_shows_while_the_watchdog_passes_syns() {
+        let t0 = Instant::now();
+        let mut model = Model::default();
+        // (fail_open counter at each poll, failing open after it)
+        for (i, (count, failing)) in [(0, false), (0, false), (5, true), (9, true), (9, false)].into_iter().enumerate()
+        {
+            model.update_status(status(0, 0, 0, 0, 0.0, count), t0 + Duration::from_secs(i as u64));
+            assert_eq!(model.failing_open, failing, "poll {i}");
+        }
+    }
+
+    #[test]
+    fn mode_key_cycles_through_the_class_modes() {
+        let mut model = Model::default();
+        model.update_status(status(0, 0, 0, 0, 0.0, 0), Instant::now());
+        // (mode the daemon reports, mode proposed next)
+        for (current, next) in [("off", "observe"), ("observe", "enforce"), ("enforce", "inherit")] {
+            model.status.as_mut().unwrap()["classes"][0]["mode"] = json!(current);
+            model.propose_next_mode();
+            assert_eq!(model.pending, Some(PendingChange { class: "web".into(), mode: next }));
+        }
+    }
+
+    #[test]
+    fn a_refused_change_makes_the_view_read_only() {
+        let mut model = Model::default();
+        model.update_status(status(0, 0, 0, 0, 0.0, 0), Instant::now());
+        let change = PendingChange { class: "web".into(), mode: "enforce" };
+        let refused =
+            json!({"ok": false, "error": {"code": "refused", "message": "uid 65534 may not change the configuration"}});
+        model.change_answered(&change, &refused);
+        assert!(model.read_only);
+        model.pending = None;
+        model.propose_next_mode();
+        assert_eq!(model.pending, None, "no change is proposed to a read-only user");
+        assert!(model.message.as_deref().unwrap().starts_with("read-only"));
+    }
+}

@@ -1,0 +1,211 @@
+//! Draws a [`Model`]: a header (daemon, global mode, fail-open, GPU), one row
+//! per class, the latest budget decisions, and a line of keys and messages.
+
+use ratatui::{
+    Frame,
+    layout::{Constraint, Layout},
+    style::{Color, Modifier, Style},
+    text::{Line, Span},
+    widgets::{Block, Cell, Paragraph, Row, Table},
+};
+use serde_json::Value;
+
+use super::model::{Link, Model};
+
+/// Eight heights, lowest first.
+const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
+
+/// `values` as bars scaled between their own minimum and maximum (slack can
+/// be negative); the last `width` values only.
+pub fn sparkline(values: &[f64], width: usize) -> String {
+    let recent = &values[values.len().saturating_sub(width)..];
+    let (lo, hi) = recent.iter().fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+    recent
+        .iter()
+        .map(|v| {
+            let level = if hi > lo { ((v - lo) / (hi - lo) * (BARS.len() - 1) as f64).round() as usize } else { 0 };
+            BARS[level.min(BARS.len() - 1)]
+        })
+        .collect()
+}
+
+fn num(v: &Value, decimals: usize) -> String {
+    v.as_f64().map_or_else(|| "-".into(), |x| format!("{x:.decimals$}"))
+}
+
+fn rate(r: Option<f64>) -> String {
+    r.map_or_else(|| "-".into(), |x| format!("{x:.1}"))
+}
+
+pub fn draw(frame: &mut Frame, model: &Model, socket: &str) {
+    let [header, classes, decisions, footer] =
+        Layout::vertical([Constraint::Length(3), Constraint::Min(5), Constraint::Length(9), Constraint::Length(2)])
+            .areas(frame.area());
+    frame.render_widget(header_lines(model, socket), header);
+    frame.render_widget(class_table(model), classes);
+    frame.render_widget(decision_lines(model), decisions);
+    frame.render_widget(footer_lines(model), footer);
+}
+
+fn header_lines(model: &Model, socket: &str) -> Paragraph<'static> {
+    let link = match &model.link {
+        Link::Connecting => Span::raw(format!("connecting to {socket}")),
+        Link::Up => Span::styled(format!("connected to {socket}"), Style::default().fg(Color::Green)),
+        Link::Unreachable(why) => Span::styled(
+            format!("UNREACHABLE: {why} ({socket}); reconnecting"),
+            Style::default().fg(Color::Red).add_modifier(Modifier::BOLD),
+        ),
+    };
+    let mut lines =
+        vec![Line::from(vec![Span::styled("shedder top  ", Style::default().add_modifier(Modifier::BOLD)), link])];
+    if let Some(s) = &model.status {
+        let fail_open = if model.failing_open {
+            Span::styled("FAILING OPEN (watchdog)", Style::default().fg(Color::Red).add_modifier(Modifier::BOLD))
+        } else {
+            Span::raw("fail-open: no")
+        };
+        lines.push(Line::from(vec![
+            Span::raw(format!(
+                "daemon {}  {} on {}  mode {}  config v{}  up {:.0}s  ",
+                s["version"].as_str().unwrap_or("?"),
+                s["attachment"].as_str().unwrap_or("?"),
+                s["iface"].as_str().unwrap_or("?"),
+                s["mode"].as_str().unwrap_or("?"),
+                s["config_version"],
+                s["uptime_s"].as_f64().unwrap_or(0.0),
+            )),
+            fail_open,
+        ]));
+        lines.push(Line::raw(gpu_words(&s["gpu"])));
+    }
+    Paragraph::new(lines)
+}
+
+fn gpu_words(gpu: &Value) -> String {
+    match gpu.as_object() {
+        Some(g) if g.get("gpus").and_then(Value::as_u64).unwrap_or(0) > 0 => format!(
+            "GPU: {} GPUs  util {}%  memory {}%  gate {}",
+            g["gpus"],
+            g.get("max_utilization_pct").and_then(Value::as_u64).map_or("-".into(), |v| v.to_string()),
+            g.get("max_memory_fraction").and_then(Value::as_f64).map_or("-".into(), |v| format!("{:.0}", v * 100.0)),
+            if g.get("gate_closed") == Some(&Value::Bool(true)) { "CLOSED" } else { "open" },
+        ),
+        _ => "GPU: none reporting".into(),
+    }
+}
+
+fn class_table(model: &Model) -> Table<'static> {
+    let header = Row::new([
+        "class",
+        "mode",
+        "offered/s",
+        "admitted/s",
+        "shed/s",
+        "would/s",
+        "budget/s",
+        "tokens",
+        "slack ms",
+        "last minute",
+        "qage p95",
+        "svc p95",
+        "on-time",
+        "wasted",
+    ])
+    .style(Style::default().add_modifier(Modifier::BOLD));
+    let classes = model.status.as_ref().and_then(|s| s["classes"].as_array().cloned()).unwrap_or_default();
+    let rows = classes.iter().enumerate().map(|(i, c)| {
+        let name = c["name"].as_str().unwrap_or("?").to_string();
+        let r = model.rates.get(&name);
+        let row = Row::new([
+            Cell::from(name.clone()),
+            Cell::from(c["mode"].as_str().unwrap_or("?").to_string()),
+            Cell::from(rate(r.map(|r| r.offered))),
+            Cell::from(rate(r.map(|r| r.admitted))),
+            Cell::from(rate(r.map(|r| r.shed))),
+            Cell::from(rate(r.map(|r| r.would_shed))),
+            Cell::from(num(&c["rate"], 1)),
+            Cell::from(format!("{}/{}", num(&c["tokens"], 0), num(&c["burst"], 0))),
+            Cell::from(num(&c["slack"]["slack_ms"], 0)),
+            Cell::from(sparkline(&model.slack_history(&name), 20)),
+            Cell::from(num(&c["queue_age_p95_ms"], 0)),
+            Cell::from(num(&c["service_p95_ms"], 0)),
+            // Not reported by the daemon's status yet.
+            Cell::from("-"),
+            Cell::from("-"),
+        ]);
+        if i == model.selected { row.style(Style::default().add_modifier(Modifier::REVERSED)) } else { row }
+    });
+    let widths = [
+        Constraint::Min(10),
+        Constraint::Length(8),
+        Constraint::Length(9),
+        Constraint::Length(10),
+        Constraint::Length(7),
+        Constraint::Length(8),
+        Constraint::Length(9),
+        Constraint::Length(11),
+        Constraint::Length(8),
+        Constraint::Length(20),
+        Constraint::Length(8),
+        Constraint::Length(7),
+        Constraint::Length(7),
+        Constraint::Length(6),
+    ];
+    Table::new(rows, widths).header(header).block(Block::bordered().title(" classes "))
+}
+
+fn decision_lines(model: &Model) -> Paragraph<'static> {
+    let lines: Vec<Line> = if model.decisions.is_empty() {
+        vec![Line::raw("no budget decisions yet")]
+    } else {
+        model
+            .decisions
+            .iter()
+            .rev()
+            .map(|d| {
+                Line::raw(format!(
+                    "{:>10} ms  {:<12} {:<8} {:>9} -> {:<9} {}",
+                    d["at_ms"],
+                    d["class"].as_str().unwrap_or("?"),
+                    d["action"].as_str().unwrap_or("?"),
+                    num(&d["old_rate"], 1),
+                    num(&d["new_rate"], 1),
+                    d["reason"].as_str().unwrap_or(""),
+                ))
+            })
+            .collect()
+    };
+    Paragraph::new(lines).block(Block::bordered().title(" latest budget decisions "))
+}
+
+fn footer_lines(model: &Model) -> Paragraph<'static> {
+    let keys = match &model.pending {
+        Some(change) => Line::styled(
+            format!("Set class {} to mode {}? y: yes, n: no", change.class, change.mode),
+            Style::default().fg(Color::Yellow).add_modifier(Modifier::BOLD),
+        ),
+        None if model.read_only => {
+            Line::raw("q: quit  up/down: select  (read-only: this user may not change the configuration)")
+        }
+        None => Line::raw("q: quit  up/down: select  m: switch the selected class's mode"),
+    };
+    Paragraph::new(vec![keys, Line::raw(model.message.clone().unwrap_or_default())])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::sparkline;
+
+    #[test]
+    fn sparkline_scales_between_the_window_extremes() {
+        // (values, width, bars)
+        for (values, width, bars) in [
+            (vec![-100.0, 0.0, 100.0], 10, "▁▅█"),
+            (vec![5.0, 5.0], 10, "▁▁"),
+            (vec![0.0, 1.0, 2.0, 3.0], 2, "▁█"),
+            (vec![], 10, ""),
+        ] {
+            assert_eq!(sparkline(&values, width), bars, "{values:?}");
+        }
+    }
+}
