@@ -391,15 +391,8 @@ pub fn human(op: &CtlOp, a: &Value) -> String {
         CtlOp::Decisions { .. } => {
             let mut out = String::new();
             for d in a["decisions"].as_array().into_iter().flatten() {
-                out += &format!(
-                    "{:>10} ms  {:<14} {:<8} {:>10} -> {:<10} {}\n",
-                    d["at_ms"],
-                    d["class"].as_str().unwrap_or("?"),
-                    d["action"].as_str().unwrap_or("?"),
-                    tokens(&d["old_rate"]),
-                    tokens(&d["new_rate"]),
-                    d["reason"].as_str().unwrap_or(""),
-                );
+                out += &decision_line(d);
+                out.push('\n');
             }
             if out.is_empty() { "no decisions yet\n".into() } else { out }
         }
@@ -423,6 +416,19 @@ pub fn human(op: &CtlOp, a: &Value) -> String {
             None => "ok\n".into(),
         },
     }
+}
+
+/// One budget decision of a `decisions` answer, on one line.
+pub fn decision_line(d: &Value) -> String {
+    format!(
+        "{:>10} ms  {:<14} {:<8} {:>10} -> {:<10} {}",
+        d["at_ms"],
+        d["class"].as_str().unwrap_or("?"),
+        d["action"].as_str().unwrap_or("?"),
+        tokens(&d["old_rate"]),
+        tokens(&d["new_rate"]),
+        d["reason"].as_str().unwrap_or(""),
+    )
 }
 
 fn status_table(a: &Value) -> String {

@@ -11,6 +11,7 @@ use ratatui::{
 use serde_json::Value;
 
 use super::model::{Link, Model};
+use crate::api::ctl::decision_line;
 
 /// Eight heights, lowest first.
 const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
@@ -158,22 +159,7 @@ fn decision_lines(model: &Model) -> Paragraph<'static> {
     let lines: Vec<Line> = if model.decisions.is_empty() {
         vec![Line::raw("no budget decisions yet")]
     } else {
-        model
-            .decisions
-            .iter()
-            .rev()
-            .map(|d| {
-                Line::raw(format!(
-                    "{:>10} ms  {:<12} {:<8} {:>9} -> {:<9} {}",
-                    d["at_ms"],
-                    d["class"].as_str().unwrap_or("?"),
-                    d["action"].as_str().unwrap_or("?"),
-                    num(&d["old_rate"], 1),
-                    num(&d["new_rate"], 1),
-                    d["reason"].as_str().unwrap_or(""),
-                ))
-            })
-            .collect()
+        model.decisions.iter().rev().map(|d| Line::raw(decision_line(d))).collect()
     };
     Paragraph::new(lines).block(Block::bordered().title(" latest budget decisions "))
 }
