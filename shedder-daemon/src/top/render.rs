@@ -82,15 +82,22 @@ fn header_lines(model: &Model, socket: &str) -> Paragraph<'static> {
     Paragraph::new(lines)
 }
 
+/// The GPU line: the busiest GPU, the KV cache, what runs hot, the gate.
 fn gpu_words(gpu: &Value) -> String {
+    let pct = |v: &Value| v.as_f64().map_or("-".into(), |f| format!("{:.0}%", f * 100.0));
     match gpu.as_object() {
-        Some(g) if g.get("gpus").and_then(Value::as_u64).unwrap_or(0) > 0 => format!(
-            "GPU: {} GPUs  util {}%  memory {}%  gate {}",
-            g["gpus"],
-            g.get("max_utilization_pct").and_then(Value::as_u64).map_or("-".into(), |v| v.to_string()),
-            g.get("max_memory_fraction").and_then(Value::as_f64).map_or("-".into(), |v| format!("{:.0}", v * 100.0)),
-            if g.get("gate_closed") == Some(&Value::Bool(true)) { "CLOSED" } else { "open" },
-        ),
+        Some(g) if g["gate_enabled"] == Value::Bool(true) || g["gpus"].as_u64().unwrap_or(0) > 0 => {
+            let hot: Vec<&str> = g["hot"].as_array().into_iter().flatten().filter_map(Value::as_str).collect();
+            format!(
+                "GPU: {} GPUs  util {}  memory {}  KV cache {}  {}  gate {}",
+                g["gpus"],
+                g["max_utilization_pct"].as_u64().map_or("-".into(), |v| format!("{v}%")),
+                pct(&g["max_memory_fraction"]),
+                pct(&g["kv_cache_usage"]),
+                if hot.is_empty() { "cool".to_string() } else { format!("HOT ({})", hot.join(", ")) },
+                if g["gate_closed"] == Value::Bool(true) { "CLOSED" } else { "open" },
+            )
+        }
         _ => "GPU: none reporting".into(),
     }
 }
@@ -180,7 +187,41 @@ fn footer_lines(model: &Model) -> Paragraph<'static> {
 
 #[cfg(test)]
 mod tests {
-    use super::sparkline;
+    use super::{gpu_words, sparkline};
+    use crate::control::gate::GpuSummary;
+
+    #[test]
+    fn gpu_line_reads_the_gates_summary() {
+        let cool = GpuSummary {
+            gpus: 2,
+            max_utilization_pct: Some(85),
+            max_memory_fraction: Some(0.6),
+            kv_cache_usage: None,
+            hot: vec![],
+            interactive_load_per_s: None,
+            interactive_capacity_per_s: 10.0,
+            interactive_share: None,
+            gate_closed: false,
+            gate_enabled: true,
+        };
+        let hot = GpuSummary { hot: vec!["utilization 97% >= 90%".into()], gate_closed: true, ..cool.clone() };
+        let none = GpuSummary {
+            gpus: 0,
+            max_utilization_pct: None,
+            max_memory_fraction: None,
+            gate_enabled: false,
+            ..cool.clone()
+        };
+        // (summary, line)
+        for (summary, line) in [
+            (cool, "GPU: 2 GPUs  util 85%  memory 60%  KV cache -  cool  gate open"),
+            (hot, "GPU: 2 GPUs  util 85%  memory 60%  KV cache -  HOT (utilization 97% >= 90%)  gate CLOSED"),
+            (none, "GPU: none reporting"),
+        ] {
+            assert_eq!(gpu_words(&serde_json::to_value(summary).unwrap()), line);
+        }
+        assert_eq!(gpu_words(&serde_json::Value::Null), "GPU: none reporting", "no reading yet");
+    }
 
     #[test]
     fn sparkline_scales_between_the_window_extremes() {
