@@ -134,13 +134,17 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// The socket to use: --socket, the one of --iface, or the only socket in
-/// [`SOCKET_DIR`].
 fn socket_of(args: &CtlArgs) -> Result<PathBuf, String> {
-    if let Some(socket) = &args.socket {
-        return Ok(socket.clone());
+    resolve_socket(args.socket.as_deref(), args.iface.as_deref())
+}
+
+/// The socket to use: `socket`, the one of `iface`, or the only socket in
+/// [`SOCKET_DIR`].
+pub fn resolve_socket(socket: Option<&Path>, iface: Option<&str>) -> Result<PathBuf, String> {
+    if let Some(socket) = socket {
+        return Ok(socket.to_path_buf());
     }
-    if let Some(iface) = &args.iface {
+    if let Some(iface) = iface {
         return Ok(default_socket(iface));
     }
     let mut sockets: Vec<PathBuf> = std::fs::read_dir(SOCKET_DIR)

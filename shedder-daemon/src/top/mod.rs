@@ -21,20 +21,25 @@ use ratatui::{
 };
 use serde_json::json;
 
-use crate::api::{
-    DEFAULT_SOCKET,
-    ctl::{self, CtlOp},
-};
+use crate::api::ctl::{self, CtlOp};
 use model::{Model, PendingChange};
 
 /// Budget decisions shown, newest first.
 const DECISIONS_SHOWN: usize = 7;
 
+/// How long one answer may take before the daemon counts as unreachable
+/// (a stopped daemon accepts connections but never answers).
+const ANSWER_WITHIN: Duration = Duration::from_secs(2);
+
 #[derive(clap::Args, Debug)]
 pub struct TopArgs {
-    /// The daemon's control socket.
-    #[arg(long, default_value = DEFAULT_SOCKET)]
-    pub socket: PathBuf,
+    /// The daemon's control socket; by default that of --iface, or the only
+    /// one in /run/shedder.
+    #[arg(long)]
+    pub socket: Option<PathBuf>,
+    /// Watch the daemon on this interface (/run/shedder/IFACE.sock).
+    #[arg(long, conflicts_with = "socket")]
+    pub iface: Option<String>,
     /// Seconds between polls.
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
@@ -54,15 +59,26 @@ pub fn run(args: &TopArgs) -> anyhow::Result<()> {
 
 fn event_loop(terminal: &mut DefaultTerminal, args: &TopArgs) -> anyhow::Result<()> {
     let every = Duration::from_secs_f64(args.interval);
-    let socket = args.socket.display().to_string();
     let mut model = Model::default();
+    let mut socket = None;
     let mut next_poll = Instant::now();
     loop {
         if Instant::now() >= next_poll {
-            poll(&mut model, &args.socket);
+            // Looked for again each time until found: the daemon may start later.
+            socket = match ctl::resolve_socket(args.socket.as_deref(), args.iface.as_deref()) {
+                Ok(path) => {
+                    poll(&mut model, &path);
+                    Some(path)
+                }
+                Err(why) => {
+                    model.unreachable(why);
+                    None
+                }
+            };
             next_poll = Instant::now() + every;
         }
-        terminal.draw(|frame| render::draw(frame, &model, &socket))?;
+        let shown = socket.as_ref().map_or_else(|| "no socket".into(), |p| p.display().to_string());
+        terminal.draw(|frame| render::draw(frame, &model, &shown))?;
         if !event::poll(next_poll.saturating_duration_since(Instant::now()))? {
             continue;
         }
@@ -75,7 +91,10 @@ fn event_loop(terminal: &mut DefaultTerminal, args: &TopArgs) -> anyhow::Result<
         }
         match (model.pending.take(), key.code) {
             (Some(change), KeyCode::Char('y')) => {
-                change_mode(&mut model, &args.socket, &change);
+                match &socket {
+                    Some(path) => change_mode(&mut model, path, &change),
+                    None => model.message = Some("not changed: no daemon to ask".into()),
+                }
                 next_poll = Instant::now();
             }
             (Some(_), _) => model.message = Some("nothing changed".into()),
@@ -89,7 +108,7 @@ fn event_loop(terminal: &mut DefaultTerminal, args: &TopArgs) -> anyhow::Result<
 }
 
 fn poll(model: &mut Model, socket: &Path) {
-    match ctl::call(socket, &json!({"op": "status"})) {
+    match ctl::call_within(socket, &json!({"op": "status"}), ANSWER_WITHIN) {
         Ok(answer) if answer["ok"] == json!(true) => model.update_status(answer, Instant::now()),
         Ok(answer) => {
             model.unreachable(format!("status: {}", answer["error"]["message"].as_str().unwrap_or("refused")));
@@ -100,15 +119,16 @@ fn poll(model: &mut Model, socket: &Path) {
             return;
         }
     }
-    if let Ok(answer) = ctl::call(socket, &json!({"op": "decisions", "n": DECISIONS_SHOWN})) {
+    if let Ok(answer) = ctl::call_within(socket, &json!({"op": "decisions", "n": DECISIONS_SHOWN}), ANSWER_WITHIN) {
         model.decisions = answer["decisions"].as_array().cloned().unwrap_or_default();
     }
 }
 
 fn change_mode(model: &mut Model, socket: &Path, change: &PendingChange) {
     let op = CtlOp::SetMode { mode: change.mode.to_string(), class: Some(change.class.clone()) };
-    let answer =
-        ctl::request(&op).map_err(|e| e.to_string()).and_then(|r| ctl::call(socket, &r).map_err(|e| e.to_string()));
+    let answer = ctl::request(&op)
+        .map_err(|e| e.to_string())
+        .and_then(|r| ctl::call_within(socket, &r, ANSWER_WITHIN).map_err(|e| e.to_string()));
     match answer {
         Ok(answer) => model.change_answered(change, &answer),
         Err(e) => model.message = Some(format!("not changed: {e}")),
