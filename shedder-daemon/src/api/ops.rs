@@ -265,6 +265,7 @@ fn status(daemon: &Daemon) -> Result<Value, ApiError> {
     let snapshots = datapath.class_snapshots().map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?;
     let now = daemon.now();
     let slacks = control.controller().last_slacks();
+    let wasted = control.admissions().refused();
     let classes: Vec<Value> = snapshots
         .iter()
         .map(|s| {
@@ -292,6 +293,11 @@ fn status(daemon: &Daemon) -> Result<Value, ApiError> {
                 "queue_age_p95_ms": estimate.as_ref().map(|e| finite(e.queue_age.quantiles.p95)),
                 "service_p95_ms": estimate.as_ref().map(|e| finite(e.service.quantiles.p95)),
                 "estimate_source": estimate.as_ref().map(|e| json!({"queue_age": e.queue_age.source, "service": e.service.source})),
+                "on_time_share": estimate.as_ref().and_then(|e| {
+                    let done = e.completions.on_time + e.completions.late;
+                    (done > 0).then(|| e.completions.on_time as f64 / done as f64)
+                }),
+                "wasted_admissions": wasted.get(&s.name).copied().unwrap_or(0),
             })
         })
         .collect();

@@ -137,9 +137,8 @@ fn class_table(model: &Model) -> Table<'static> {
             Cell::from(sparkline(&model.slack_history(&name), 20)),
             Cell::from(num(&c["queue_age_p95_ms"], 0)),
             Cell::from(num(&c["service_p95_ms"], 0)),
-            // Not reported by the daemon's status yet.
-            Cell::from("-"),
-            Cell::from("-"),
+            Cell::from(c["on_time_share"].as_f64().map_or_else(|| "-".into(), |f| format!("{:.0}%", f * 100.0))),
+            Cell::from(num(&c["wasted_admissions"], 0)),
         ]);
         if i == model.selected { row.style(Style::default().add_modifier(Modifier::REVERSED)) } else { row }
     });
