@@ -451,6 +451,11 @@ fn after_field(message: String) -> String {
 }
 
 /// Converts tokens to milli-tokens, refusing values the fixed point cannot hold.
+/// Tokens (or tokens/s) in the datapath's fixed point, milli-tokens.
+pub fn to_milli(tokens: f64) -> u64 {
+    (tokens * MILLI).round() as u64
+}
+
 fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, ConfigError> {
     if value.is_nan() {
         return fail(field, "NaN is not a number");
@@ -461,7 +466,7 @@ fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, ConfigError> 
     if value > MAX_TOKENS {
         return fail(field, format!("{value} is over the most accepted, {MAX_TOKENS:e}"));
     }
-    let scaled = (value * MILLI).round() as u64;
+    let scaled = to_milli(value);
     if scaled == 0 && !(allow_zero && value == 0.0) {
         return fail(field, format!("{value} is below the resolution of 0.001 tokens"));
     }

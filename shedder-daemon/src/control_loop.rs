@@ -18,7 +18,7 @@ use tracing::warn;
 
 use crate::{
     admit::ledger::AdmissionLedger,
-    config::{ControlSetup, Plan},
+    config::{ControlSetup, Plan, to_milli},
     control::{Controller, Decision, DecisionLog, TickInputs},
     datapath::Datapath,
     estimate::Estimators,
@@ -175,15 +175,10 @@ impl ControlLoop {
             let Some(rate) = self.controller.rate(name) else { continue };
             let class = &mut self.plan.classes[slot];
             let old = class.bucket;
-            class.bucket = BucketParams::new(milli(rate), old.burst_milli, old.cost_milli);
+            class.bucket = BucketParams::new(to_milli(rate), old.burst_milli, old.cost_milli);
         }
         self.datapath.apply(&self.plan)
     }
-}
-
-/// A controller rate (tokens/s) in the datapath's fixed point.
-fn milli(rate: f64) -> u64 {
-    (rate * 1000.0).round() as u64
 }
 
 /// Per-class rates (per second) of a growing counter, from its snapshots.

@@ -93,10 +93,6 @@ impl Daemon {
         self.config_version
     }
 
-    pub fn uptime(&self) -> Duration {
-        self.started.elapsed()
-    }
-
     /// The daemon's clock, as the estimators and the controller see it.
     pub fn now(&self) -> Duration {
         self.started.elapsed()

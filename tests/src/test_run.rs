@@ -13,6 +13,11 @@ pub enum Hook {
 
 pub const HOOKS: [Hook; 2] = [Hook::Xdp, Hook::Tc];
 
+/// The XDP program's return codes, from the shared reference's mapping.
+pub const XDP_DROP: u32 = Verdict::Drop.xdp_action();
+pub const XDP_PASS: u32 = Verdict::Pass.xdp_action();
+pub const XDP_TX: u32 = Verdict::Reply.xdp_action();
+
 impl Hook {
     /// The return code this hook gives for `verdict`.
     pub fn code(self, verdict: Verdict) -> u32 {

@@ -3,14 +3,13 @@
 //! same time. The compare-and-swap in the program must never let the CPUs
 //! together admit more than the bucket holds.
 
+use shedder_tests::test_run::XDP_DROP;
 use std::sync::{Arc, Barrier};
 
 use aya::programs::{TestRun, TestRunOptions};
 use nix::{sched::CpuSet, unistd::Pid};
 use shedder_daemon::{config::Config, datapath::Datapath};
 use shedder_tests::packets::TcpFrame;
-
-const XDP_DROP: u32 = 1;
 
 /// A class that holds `BURST` tokens and refills too slowly to matter
 /// (one token per 1000 s): exactly `BURST` SYNs may ever get in.

@@ -3,6 +3,7 @@
 //! afresh, and a reload under traffic sends no connection to a class it
 //! belongs to in neither the old config nor the new one.
 
+use shedder_tests::test_run::{XDP_DROP, XDP_PASS, XDP_TX};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use aya::programs::{TestRun, TestRunOptions};
@@ -11,10 +12,6 @@ use shedder_daemon::{
     datapath::Datapath,
 };
 use shedder_tests::{packets::TcpFrame, test_run::XdpRunner};
-
-const XDP_DROP: u32 = 1;
-const XDP_PASS: u32 = 2;
-const XDP_TX: u32 = 3;
 
 fn config(classes: &[(&str, u16)]) -> String {
     let mut text = String::from(

@@ -313,7 +313,7 @@ fn status(daemon: &Daemon) -> Result<Value, ApiError> {
         "mode": daemon.config().mode,
         "config_version": daemon.config_version(),
         "estimator_version": control.estimators().version(),
-        "uptime_s": daemon.uptime().as_secs_f64(),
+        "uptime_s": daemon.now().as_secs_f64(),
         "iface": daemon.iface(),
         "attachment": daemon.attachment().to_string(),
         "attached": daemon.hook_problem().is_none(),

@@ -23,6 +23,7 @@
 //! take its outcome on every run fails the bench instead of timing the wrong
 //! thing.
 
+use shedder_tests::test_run::{XDP_DROP, XDP_PASS, XDP_TX};
 use std::{collections::BTreeMap, process::ExitCode};
 
 use anyhow::{Context as _, bail, ensure};
@@ -33,10 +34,6 @@ use shedder_daemon::{
     datapath::{Datapath, PassProgram},
 };
 use shedder_tests::packets::TcpFrame;
-
-const XDP_DROP: u32 = 1;
-const XDP_PASS: u32 = 2;
-const XDP_TX: u32 = 3;
 
 /// The goal: shedding a SYN costs at most this many times a bare XDP_PASS.
 const GOAL_RATIO: f64 = 2.0;
