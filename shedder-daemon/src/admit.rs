@@ -7,6 +7,7 @@
 //! p          = P(service ≤ left)                 the class's service curve
 //! p < θ      → reject_deadline (503)              θ = admit_confidence · best_chance
 //!              unless the backend is idle: admit (the sanity guard)
+//! a higher tier's jobs missing their deadlines → reject_tier (503): this tier waits
 //! age > max  → reject_stale (503)
 //! retry or hedge, capacity short         → reject_retry (503): shed before first attempts
 //! retry or hedge, over their share       → reject_budget (429)
@@ -134,6 +135,8 @@ pub enum Verdict {
     RejectDeadline,
     /// Waited longer than the stale limit.
     RejectStale,
+    /// A higher tier's jobs are missing their deadlines: lower tiers wait.
+    RejectTier,
     /// A retry or hedge while capacity is short.
     RejectRetry,
     /// A retry or hedge over the class's retry share.
@@ -147,6 +150,7 @@ impl Verdict {
             Verdict::Admit => "admit",
             Verdict::RejectDeadline => "reject_deadline",
             Verdict::RejectStale => "reject_stale",
+            Verdict::RejectTier => "reject_tier",
             Verdict::RejectRetry => "reject_retry",
             Verdict::RejectBudget => "reject_budget",
         }
@@ -158,7 +162,7 @@ impl Verdict {
         match self {
             Verdict::Admit => None,
             Verdict::RejectBudget => Some(429),
-            Verdict::RejectDeadline | Verdict::RejectStale | Verdict::RejectRetry => Some(503),
+            Verdict::RejectDeadline | Verdict::RejectStale | Verdict::RejectTier | Verdict::RejectRetry => Some(503),
         }
     }
 }
@@ -225,6 +229,9 @@ pub fn admit<R: Rng + ?Sized>(
             );
             (Verdict::RejectDeadline, drain, false, why)
         }
+    } else if let Some(higher) = view.yields_to.as_ref().filter(|_| !view.idle) {
+        let why = format!("{higher}, of a higher tier, is missing deadlines: this tier waits; queue drains in ~{drain:.0} ms");
+        (Verdict::RejectTier, drain, false, why)
     } else if queue_age_ms > policy.max_queue_age_ms {
         let why = format!("queued {queue_age_ms:.0} ms > {:.0} ms", policy.max_queue_age_ms);
         (Verdict::RejectStale, queue_age_ms - policy.max_queue_age_ms, false, why)

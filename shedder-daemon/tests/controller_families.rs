@@ -153,18 +153,15 @@ fn two_tiers_sharing_workers_protect_the_critical_tier() {
         let before = run(&w, Mode::Enforce, seed, 5.0, 30.0).outcomes[0];
         let j = judge(&w, seed, 30.0, 70.0);
         j.report(&format!("two tiers, seed {seed}, the tail"));
-        // Below the goal of 90% of the bound, on purpose stated here: the
-        // tail is invisible until its first 4 s jobs complete, and by then
-        // batch jobs hold every worker of the one FIFO, so critical jobs
-        // queue behind them for seconds (measured, seeds 1 and 2: critical
-        // 93% and 72% of its bound, 5.8-6.2x off; total 90% and 71%; the
-        // sheddable tier 69% and 62% of its share). What holds: critical
-        // gets at least 70% of its bound and 4x what off gives it, the
-        // total 70%, and the sheddable tier at least half its share.
-        j.classes_reach("two tiers", 0.7, &[0]);
-        j.total_reaches("two tiers", 0.7);
-        let (e, o) = (j.enforce.outcomes[0].on_time, j.off.outcomes[0].on_time);
-        assert!(e >= 4 * o, "two tiers: critical on time {e} < 4 x off {o}");
+        // Critical at 90% of its bound (measured, seeds 1 and 2: 96%, 92%).
+        // In total 85%, and the sheddable tier at least half its share
+        // (measured: total 90%, 87%; sheddable 55%, 62%): the tail is
+        // invisible until its first 4 s jobs complete, and by then batch
+        // jobs hold every worker of the one FIFO; protecting critical then
+        // takes running the backend below full load, which the fluid bound
+        // does not pay for.
+        j.classes_reach("two tiers", 0.9, &[0]);
+        j.total_reaches("two tiers", 0.85);
         j.never_worse_than_off_but("two tiers", &[(1, 0.5)]);
         j.late_under("two tiers", 0, 0.01);
         // Critical keeps most of its on-time rate from before the tail (the

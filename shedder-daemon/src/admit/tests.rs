@@ -22,7 +22,7 @@ fn view(curve: ServiceCurve, idle: bool, pressure: bool) -> ClassView {
     s.threshold = 0.95 * s.best_chance;
     s.service_term_ms = curve.quantile(s.threshold);
     s.queue_term_ms = 1_500.0;
-    ClassView { tier: Tier::Standard, curve, slack: s, pressure, idle, allocation: None, budget: 40.0 }
+    ClassView { tier: Tier::Standard, curve, slack: s, pressure, idle, yields_to: None, allocation: None, budget: 40.0 }
 }
 
 fn request(age_ms: f64) -> AdmitRequest {

@@ -459,6 +459,11 @@ pub struct ClassView {
     /// The backend is idle or lightly loaded: a refusal now would be the
     /// model being wrong, not overload (the sanity guard).
     pub idle: bool,
+    /// A class of a higher tier, with work offered, is losing its jobs'
+    /// on-time chance to the wait (its `p_on_time` is below its
+    /// threshold): a worker this class's job would take is one that class's
+    /// jobs need, so `admit` refuses this class's jobs until it recovers.
+    pub yields_to: Option<String>,
     /// Worker-seconds per second allotted to the class, when capacity binds.
     pub allocation: Option<f64>,
     /// The published budget, tokens/s.
@@ -796,6 +801,14 @@ impl Controller {
             pressure_class: pressure_class.clone(),
         };
 
+        // Higher-tier classes whose jobs are losing their chance to the wait.
+        let pressed: Vec<(Tier, &String)> = adaptive
+            .iter()
+            .filter(|n| rate_of(input.offered, n).max(rate_of(input.admitted, n)) > 0.0)
+            .filter(|n| slacks[**n].has_evidence() && slacks[**n].p_on_time < slacks[**n].threshold)
+            .map(|n| (self.policies[*n].tier, *n))
+            .collect();
+
         let mut decisions = Vec::new();
         for (name, policy) in &self.policies {
             let s = slacks[name];
@@ -913,6 +926,7 @@ impl Controller {
                     slack: s,
                     pressure: binding || effective < capacity,
                     idle,
+                    yields_to: pressed.iter().find(|(t, _)| *t < policy.tier).map(|(_, n)| (*n).clone()),
                     allocation: binding.then(|| allocation.get(name).copied()).flatten(),
                     budget: state.published,
                 },
