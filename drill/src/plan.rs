@@ -8,7 +8,7 @@ use rand_distr::{Distribution, Exp};
 
 use crate::phase::{Phase, Phases};
 use crate::sampler::ServiceSampler;
-use crate::workload::{Workload, WorkloadClass};
+use crate::workload::{Source, Workload, WorkloadClass};
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct PlannedJob {
@@ -16,6 +16,9 @@ pub struct PlannedJob {
     pub id: u64,
     /// Index of the class in the workload's `class` list.
     pub class: usize,
+    /// Index of the tenant in its class's `tenant` list; None for a class
+    /// without tenants.
+    pub tenant: Option<usize>,
     /// Milliseconds since the start of the run, on the workload's clock.
     pub arrival_ms: f64,
     /// How long a worker will spend on it, ms.
@@ -24,50 +27,81 @@ pub struct PlannedJob {
     pub injected: bool,
 }
 
-/// Open-loop Poisson arrivals per class over the run, each with its service
-/// time. Each class draws from its own streams (arrivals, service times,
-/// injection), seeded from `seed` and the class's name, so adding a class or
-/// changing the injection leaves the other draws alone. A plan of
-/// `workload.scaled(k)` is the plan of `workload` with its times × k.
+/// Open-loop Poisson arrivals per source (a class, or each of its tenants)
+/// over the run, each with its service time. Each source draws from its own
+/// streams (arrivals, service times, tails), seeded from `seed` and its
+/// name, so adding a class or a tenant, or changing a tail, leaves the other
+/// draws alone. A plan of `workload.scaled(k)` is the plan of `workload`
+/// with its times × k.
 pub fn plan_jobs(workload: &Workload, seed: u64) -> Vec<PlannedJob> {
     let phases = Phases::of(workload);
+    let affected = workload.injection.affected_fraction;
     let mut jobs: Vec<PlannedJob> = workload
         .classes
         .iter()
         .enumerate()
-        .flat_map(|(index, class)| class_jobs(index, class, workload.injection.affected_fraction, &phases, seed))
+        .flat_map(|(index, class)| {
+            class
+                .sources()
+                .into_iter()
+                .flat_map(move |source| source_jobs(index, class, &source, affected, &phases, seed))
+        })
         .collect();
-    jobs.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms).then(a.class.cmp(&b.class)));
+    jobs.sort_by(|a, b| {
+        a.arrival_ms.total_cmp(&b.arrival_ms).then(a.class.cmp(&b.class)).then(a.tenant.cmp(&b.tenant))
+    });
     for (id, job) in jobs.iter_mut().enumerate() {
         job.id = id as u64;
     }
     jobs
 }
 
-fn class_jobs(index: usize, class: &WorkloadClass, affected: f64, phases: &Phases, seed: u64) -> Vec<PlannedJob> {
-    let mut arrivals = stream(seed, &class.name, "arrivals");
-    let mut services = stream(seed, &class.name, "service");
-    let mut injections = stream(seed, &class.name, "injection");
-    let gap_ms = Exp::new(class.arrival_rate / 1000.0).expect("validated: the arrival rate is positive");
+fn source_jobs(
+    index: usize,
+    class: &WorkloadClass,
+    source: &Source,
+    affected: f64,
+    phases: &Phases,
+    seed: u64,
+) -> Vec<PlannedJob> {
+    // A class's own stream keeps the class's name, as before tenants existed.
+    let name = match source.tenant {
+        None => class.name.clone(),
+        Some(_) => format!("{}/{}", class.name, source.name),
+    };
+    let mut arrivals = stream(seed, &name, "arrivals");
+    let mut thinning = stream(seed, &name, "schedule");
+    let mut services = stream(seed, &name, "service");
+    let mut injections = stream(seed, &name, "injection");
+    let mut tails = stream(seed, &name, "tail");
+    // Candidates at the peak rate, each kept with probability rate(t)/peak
+    // (thinning): exact for any schedule, and plain Poisson without one.
+    let peak = source.peak_rate();
+    let gap_ms = Exp::new(peak / 1000.0).expect("validated: the arrival rate is positive");
     let sampler = ServiceSampler::for_service(&class.service_time);
     let mut jobs = Vec::new();
     let mut arrival_ms = gap_ms.sample(&mut arrivals);
     while arrival_ms < phases.end_ms {
-        // Every job makes every draw, so one job's injection never shifts
-        // another's service time.
-        let service_ms = sampler.sample(&mut services);
+        let kept = source.schedule.is_empty() || thinning.random::<f64>() * peak < source.rate_at(arrival_ms / 1000.0);
+        // Every job makes every draw, so one job's tail never shifts another's service time.
+        let drawn_ms = sampler.sample(&mut services);
         let affected_draw: f64 = injections.random();
-        let tail = class
-            .service_time
-            .injected_tail_ms
-            .filter(|_| phases.phase_at(arrival_ms) == Phase::Injected && affected_draw < affected);
-        jobs.push(PlannedJob {
-            id: 0,
-            class: index,
-            arrival_ms,
-            service_ms: tail.unwrap_or(service_ms),
-            injected: tail.is_some(),
-        });
+        let tail_draw: f64 = tails.random();
+        if kept {
+            let injected = class
+                .service_time
+                .injected_tail_ms
+                .filter(|_| phases.phase_at(arrival_ms) == Phase::Injected && affected_draw < affected);
+            let steady_tail = class.service_time.tail.as_ref().filter(|t| tail_draw < t.fraction).map(|t| t.ms);
+            jobs.push(PlannedJob {
+                id: 0,
+                class: index,
+                tenant: source.tenant,
+                arrival_ms,
+                service_ms: injected.or(steady_tail).unwrap_or(drawn_ms),
+                injected: injected.is_some(),
+            });
+        }
         arrival_ms += gap_ms.sample(&mut arrivals);
     }
     jobs
@@ -175,5 +209,50 @@ mod tests {
             }
         }
         assert!(without.iter().all(|j| !j.injected));
+    }
+
+    fn shipped(name: &str) -> Workload {
+        Workload::load(&std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads").join(name)).unwrap()
+    }
+
+    fn count(jobs: &[PlannedJob], from_s: f64, to_s: f64, keep: impl Fn(&PlannedJob) -> bool) -> usize {
+        jobs.iter().filter(|j| (from_s * 1000.0..to_s * 1000.0).contains(&j.arrival_ms) && keep(j)).count()
+    }
+
+    #[test]
+    fn a_flash_crowd_steps_up_eightfold_and_ramps_back_down() {
+        let jobs = plan_jobs(&shipped("flash-crowd.toml"), 2);
+        // 10/s for 12 s: 120 (sd 11); 80/s for 8 s: 640 (sd 25); the ramp 80 -> 10 over 4 s: 180 (sd 13).
+        let table = [(0.0, 12.0, 120.0), (12.0, 20.0, 640.0), (20.0, 24.0, 180.0), (24.0, 36.0, 120.0)];
+        for (from, to, expected) in table {
+            let n = count(&jobs, from, to, |_| true) as f64;
+            assert!(
+                (n - expected).abs() < 4.0 * expected.sqrt(),
+                "{n} jobs from {from} s to {to} s, expected {expected}"
+            );
+        }
+    }
+
+    #[test]
+    fn each_tenant_sends_its_own_rate_and_the_noisy_one_ten_times_more() {
+        let w = shipped("noisy-tenant.toml");
+        let jobs = plan_jobs(&w, 2);
+        let noisy = w.classes[0].tenants.iter().position(|t| t.name == "noisy").unwrap();
+        let of = |tenant: usize| move |j: &PlannedJob| j.tenant == Some(tenant);
+        // 16 s at 30/s: 480 (sd 22); a quiet tenant at 3/s: 48 (sd 7).
+        let loud = count(&jobs, 12.0, 28.0, of(noisy)) as f64;
+        let quiet = count(&jobs, 12.0, 28.0, of(0)) as f64;
+        assert!((loud - 480.0).abs() < 90.0 && (quiet - 48.0).abs() < 28.0, "noisy {loud}, quiet {quiet}");
+        assert!(jobs.iter().all(|j| j.tenant.is_some()));
+    }
+
+    #[test]
+    fn a_steady_tail_takes_its_fraction_of_jobs_all_run_long() {
+        let w = shipped("tail-past-deadline.toml");
+        let jobs = plan_jobs(&w, 2);
+        let tail = jobs.iter().filter(|j| j.service_ms == 4000.0).count() as f64 / jobs.len() as f64;
+        assert!((tail - 0.25).abs() < 0.05, "{tail}");
+        let first_half = count(&jobs, 0.0, 20.0, |j| j.service_ms == 4000.0);
+        assert!(first_half > 0 && jobs.iter().all(|j| !j.injected));
     }
 }

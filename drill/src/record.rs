@@ -19,9 +19,12 @@ pub enum Outcome {
     DeferredTimedOut,
     /// Answered 503 because the connection was marked (shedder's `mark`).
     Degraded,
-    /// Answered 503 by the backend's server-side deadline admission
-    /// (the daemon's `admit` op said `reject_deadline`).
+    /// Refused by the backend's server-side deadline admission (the
+    /// daemon's `admit` op said `reject_deadline`), with the status it chose.
     RejectedDeadline,
+    /// Answered 503 by the backend's own overload policy: a full queue, a
+    /// queue timeout, or saturation (the peer modes).
+    Overloaded,
     /// Admitted, but still unanswered when the run ended (in the queue or in
     /// service): it missed its deadline without ever completing.
     Unfinished,
@@ -52,6 +55,12 @@ pub struct JobRecord {
     pub slack_at_start_ms: Option<f64>,
     /// Whether the job drew its service time from the injected tail.
     pub injected: bool,
+    /// The tenant it came from (index in its class's `tenant` list).
+    #[serde(default)]
+    pub tenant: Option<usize>,
+    /// Whether the client sent a hedge for it.
+    #[serde(default)]
+    pub hedged: bool,
 }
 
 /// The daemon's view of one class at one moment (its `status` op).
@@ -76,7 +85,8 @@ pub struct TimelinePoint {
 /// Everything one mode's run produced.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct RunRecord {
-    /// `off`, `observe`, `enforce` or `static`.
+    /// `off`, `observe`, `enforce`, `static`, or a peer (`queue-cap`,
+    /// `queue-timeout`, `saturation`).
     pub mode: String,
     pub jobs: Vec<JobRecord>,
     pub timeline: Vec<TimelinePoint>,

@@ -1,5 +1,8 @@
-//! The workload file: the seed's drill fields, with several classes.
-//! See `drill/workloads/seed.toml` for the documented default.
+//! The workload file: classes with their arrivals (a rate, a schedule of
+//! steps and ramps, or tenants each with their own), priority tier, service
+//! time (with a steady tail and an injected one), deadline and hedging; the
+//! client's retry policy; and the backend's workers and frontend cost.
+//! `docs/drill.md` documents every field; `drill/workloads/` ships examples.
 
 use std::path::Path;
 
@@ -10,6 +13,32 @@ use serde::{Deserialize, Serialize};
 pub const ACTIONS: [&str; 3] = ["drop", "reject", "mark"];
 /// How clients retry: jittered exponential backoff, or at once (the herd).
 pub const RETRY_POLICIES: [&str; 2] = ["backoff", "immediate"];
+/// Tenants get source addresses `10.213.0.<FIRST_TENANT_HOST + i>` in the
+/// client namespace; the /24 leaves room for this many.
+pub const MAX_TENANTS: usize = 200;
+
+/// Priority tiers, most important first: the Gateway API Inference
+/// Extension's criticalities. Bounds and peers serve them in this order.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Tier {
+    Critical,
+    #[default]
+    Standard,
+    Sheddable,
+}
+
+impl Tier {
+    pub const ALL: [Tier; 3] = [Tier::Critical, Tier::Standard, Tier::Sheddable];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Critical => "critical",
+            Tier::Standard => "standard",
+            Tier::Sheddable => "sheddable",
+        }
+    }
+}
 
 /// A declared workload. All durations in the file are at time scale 1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -22,6 +51,9 @@ pub struct Workload {
     pub injection: Injection,
     #[serde(default)]
     pub client: ClientPolicy,
+    /// CPU the backend's own frontend burns per request before it queues.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub frontend: Option<Frontend>,
     #[serde(rename = "class")]
     pub classes: Vec<WorkloadClass>,
 }
@@ -41,10 +73,27 @@ pub struct Injection {
 #[serde(deny_unknown_fields)]
 pub struct WorkloadClass {
     pub name: String,
-    /// Poisson arrivals, jobs per second.
-    pub arrival_rate: f64,
+    /// The class's priority tier (default `standard`).
+    #[serde(default)]
+    pub tier: Tier,
+    /// Its weight within the tier (default 1).
+    #[serde(default = "one")]
+    pub weight: f64,
+    /// Poisson arrivals, jobs per second, from the client's own address.
+    /// Left out when the class's traffic comes from tenants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arrival_rate: Option<f64>,
+    /// Changes of `arrival_rate` over the run (steps and ramps).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedule: Vec<RateChange>,
+    /// Tenants that send the class's traffic, each from its own address.
+    #[serde(default, rename = "tenant", skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<Tenant>,
     pub deadline_ms: f64,
     pub service_time: ServiceTime,
+    /// Clients duplicate a slow request (a hedge).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hedge: Option<Hedge>,
     /// What shedder does when the class's budget is empty: drop, reject, mark.
     pub action: String,
     /// The backend port the class's jobs connect to (its classification rule).
@@ -53,14 +102,120 @@ pub struct WorkloadClass {
     pub static_rate: f64,
 }
 
-/// Lognormal fitted to `p50_ms`/`p95_ms`; `injected_tail_ms` (optional) is
-/// what an affected job takes during the injection.
+/// From `at_seconds` on, arrivals come at `rate` jobs/s: at once (a step),
+/// or with `ramp = true` linearly from the rate before this change, reached
+/// at the previous change (or at 0 s).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RateChange {
+    pub at_seconds: f64,
+    pub rate: f64,
+    #[serde(default)]
+    pub ramp: bool,
+}
+
+/// One source of a class's traffic, with its own address and arrivals.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tenant {
+    pub name: String,
+    pub arrival_rate: f64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub schedule: Vec<RateChange>,
+}
+
+/// Lognormal fitted to `p50_ms`/`p95_ms`; `tail` (optional) replaces the
+/// draw of a fraction of all jobs, for the whole run; `injected_tail_ms`
+/// (optional) is what an affected job takes during the injection.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ServiceTime {
     pub p50_ms: f64,
     pub p95_ms: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tail: Option<Tail>,
     pub injected_tail_ms: Option<f64>,
+}
+
+/// `fraction` of the class's jobs take `ms` instead of their draw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tail {
+    pub fraction: f64,
+    pub ms: f64,
+}
+
+/// A hedge: when a request is unanswered `after_ms` after it was sent, the
+/// client sends a duplicate marked with DSCP `dscp`; whichever answer comes
+/// second is discarded. Hedges are at most `budget` × first attempts over
+/// the last second.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hedge {
+    pub after_ms: f64,
+    pub dscp: u8,
+    pub budget: f64,
+}
+
+/// The backend's frontend: every request that reaches the server costs
+/// `cost_ms` of real CPU on one of `threads` threads before it queues
+/// (accepting, parsing, answering). A SYN refused at the NIC costs nothing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Frontend {
+    pub cost_ms: f64,
+    pub threads: u32,
+}
+
+/// Where one stream of a class's arrivals comes from: the client's own
+/// address (`tenant` None) or a tenant's.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Source<'a> {
+    pub tenant: Option<usize>,
+    pub name: &'a str,
+    pub arrival_rate: f64,
+    pub schedule: &'a [RateChange],
+}
+
+impl Source<'_> {
+    /// The arrival rate at `t_s` seconds into the run.
+    pub fn rate_at(&self, t_s: f64) -> f64 {
+        let mut before = (0.0, self.arrival_rate);
+        for change in self.schedule {
+            if t_s < change.at_seconds {
+                return if change.ramp {
+                    let (t0, r0) = before;
+                    r0 + (change.rate - r0) * (t_s - t0) / (change.at_seconds - t0)
+                } else {
+                    before.1
+                };
+            }
+            before = (change.at_seconds, change.rate);
+        }
+        before.1
+    }
+
+    /// The highest rate the source reaches.
+    pub fn peak_rate(&self) -> f64 {
+        self.schedule.iter().map(|c| c.rate).fold(self.arrival_rate, f64::max)
+    }
+
+    /// Jobs expected between 0 and `end_s`: the integral of the rate.
+    pub fn expected_jobs(&self, end_s: f64) -> f64 {
+        // Piecewise linear: the trapezoid rule is exact on each piece.
+        let mut points = vec![0.0];
+        points.extend(self.schedule.iter().map(|c| c.at_seconds).filter(|&t| t < end_s));
+        points.push(end_s);
+        points
+            .windows(2)
+            .map(|w| {
+                let (a, b) = (w[0], w[1]);
+                // Just inside each piece, so a step counts from where it starts.
+                let (ra, rb) = (self.rate_at(a), self.rate_at(b - (b - a) * 1e-12));
+                (ra + rb) / 2.0 * (b - a)
+            })
+            .sum()
+    }
 }
 
 /// How clients retry.
@@ -109,17 +264,29 @@ impl Workload {
         }
         self.injection.validate(self.duration_seconds)?;
         self.client.validate()?;
+        if let Some(frontend) = &self.frontend {
+            frontend.validate()?;
+        }
         if self.classes.is_empty() {
             bail!("class: at least one [[class]] is required");
         }
+        let tenants: usize = self.classes.iter().map(|c| c.tenants.len()).sum();
+        if tenants > MAX_TENANTS {
+            bail!("class.tenant: {tenants} tenants in all, at most {MAX_TENANTS}");
+        }
         for (i, class) in self.classes.iter().enumerate() {
-            class.validate(&format!("class[{i}]"))?;
+            class.validate(&format!("class[{i}]"), self.duration_seconds)?;
             let earlier = &self.classes[..i];
             if let Some(j) = earlier.iter().position(|c| c.name == class.name) {
                 bail!("class[{i}].name: \"{}\" is already the name of class[{j}]", class.name);
             }
             if let Some(j) = earlier.iter().position(|c| c.port == class.port) {
                 bail!("class[{i}].port: {} is already the port of class[{j}]", class.port);
+            }
+            if let Some(hedge) = &class.hedge
+                && let Some(j) = earlier.iter().position(|c| c.hedge.as_ref().is_some_and(|h| h.dscp == hedge.dscp))
+            {
+                bail!("class[{i}].hedge.dscp: {} is already the hedge codepoint of class[{j}]", hedge.dscp);
             }
         }
         Ok(())
@@ -136,20 +303,63 @@ impl Workload {
         w.injection.after_seconds *= k;
         w.injection.removed_after_seconds *= k;
         w.client.backoff_base_ms *= k;
+        if let Some(frontend) = &mut w.frontend {
+            frontend.cost_ms *= k;
+        }
+        let scale_schedule = |schedule: &mut Vec<RateChange>| {
+            for change in schedule {
+                change.at_seconds *= k;
+                change.rate /= k;
+            }
+        };
         for class in &mut w.classes {
-            class.arrival_rate /= k;
+            class.arrival_rate = class.arrival_rate.map(|r| r / k);
+            scale_schedule(&mut class.schedule);
+            for tenant in &mut class.tenants {
+                tenant.arrival_rate /= k;
+                scale_schedule(&mut tenant.schedule);
+            }
             class.static_rate /= k;
             class.deadline_ms *= k;
             class.service_time.p50_ms *= k;
             class.service_time.p95_ms *= k;
+            if let Some(tail) = &mut class.service_time.tail {
+                tail.ms *= k;
+            }
             class.service_time.injected_tail_ms = class.service_time.injected_tail_ms.map(|t| t * k);
+            if let Some(hedge) = &mut class.hedge {
+                hedge.after_ms *= k;
+            }
         }
         w
     }
 
-    /// Jobs per second offered by all classes together.
+    /// The same workload with every arrival rate (a class's, a tenant's, each
+    /// step of a schedule) × `load`. The static rates stay: they are an
+    /// operator's setting, not the traffic.
+    pub fn with_load(&self, load: f64) -> Workload {
+        let mut w = self.clone();
+        let scale_schedule = |schedule: &mut Vec<RateChange>| schedule.iter_mut().for_each(|c| c.rate *= load);
+        for class in &mut w.classes {
+            class.arrival_rate = class.arrival_rate.map(|r| r * load);
+            scale_schedule(&mut class.schedule);
+            for tenant in &mut class.tenants {
+                tenant.arrival_rate *= load;
+                scale_schedule(&mut tenant.schedule);
+            }
+        }
+        w
+    }
+
+    /// Jobs per second offered by all classes together, on average over the run.
     pub fn total_arrival_rate(&self) -> f64 {
-        self.classes.iter().map(|c| c.arrival_rate).sum()
+        self.classes.iter().map(|c| c.mean_arrival_rate(self.duration_seconds)).sum()
+    }
+
+    /// Every tenant of every class, in file order: the index is the tenant's
+    /// number, which gives it its source address.
+    pub fn tenants(&self) -> impl Iterator<Item = (usize, &Tenant)> {
+        self.classes.iter().enumerate().flat_map(|(i, c)| c.tenants.iter().map(move |t| (i, t)))
     }
 }
 
@@ -198,19 +408,124 @@ impl ClientPolicy {
 }
 
 impl WorkloadClass {
-    fn validate(&self, at: &str) -> anyhow::Result<()> {
+    fn validate(&self, at: &str, duration_seconds: f64) -> anyhow::Result<()> {
         if self.name.trim().is_empty() {
             bail!("{at}.name: must not be empty");
         }
-        positive(&format!("{at}.arrival_rate"), self.arrival_rate)?;
+        positive(&format!("{at}.weight"), self.weight)?;
+        match (self.arrival_rate, self.tenants.is_empty()) {
+            (Some(rate), true) => {
+                positive(&format!("{at}.arrival_rate"), rate)?;
+                validate_schedule(&format!("{at}.schedule"), &self.schedule, duration_seconds)?;
+            }
+            (None, true) => bail!("{at}.arrival_rate: required unless the class has tenants"),
+            (Some(_), false) => bail!("{at}.arrival_rate: a class with tenants takes its rate from them"),
+            (None, false) => {
+                if !self.schedule.is_empty() {
+                    bail!("{at}.schedule: a class with tenants takes its schedule from them");
+                }
+                for (j, tenant) in self.tenants.iter().enumerate() {
+                    tenant.validate(&format!("{at}.tenant[{j}]"), duration_seconds)?;
+                    if let Some(k) = self.tenants[..j].iter().position(|t| t.name == tenant.name) {
+                        bail!("{at}.tenant[{j}].name: \"{}\" is already the name of tenant[{k}]", tenant.name);
+                    }
+                }
+            }
+        }
         positive(&format!("{at}.deadline_ms"), self.deadline_ms)?;
         self.service_time.validate(&format!("{at}.service_time"))?;
+        if let Some(hedge) = &self.hedge {
+            hedge.validate(&format!("{at}.hedge"))?;
+        }
         one_of(&format!("{at}.action"), &self.action, &ACTIONS)?;
         if self.port == 0 {
             bail!("{at}.port: must not be 0");
         }
         positive(&format!("{at}.static_rate"), self.static_rate)
     }
+
+    /// Where its arrivals come from: the class's own rate, or its tenants.
+    pub fn sources(&self) -> Vec<Source<'_>> {
+        match self.arrival_rate {
+            Some(arrival_rate) => {
+                vec![Source { tenant: None, name: &self.name, arrival_rate, schedule: &self.schedule }]
+            }
+            None => self
+                .tenants
+                .iter()
+                .enumerate()
+                .map(|(i, t)| Source {
+                    tenant: Some(i),
+                    name: &t.name,
+                    arrival_rate: t.arrival_rate,
+                    schedule: &t.schedule,
+                })
+                .collect(),
+        }
+    }
+
+    /// Jobs per second it offers on average over a run of `duration_seconds`.
+    pub fn mean_arrival_rate(&self, duration_seconds: f64) -> f64 {
+        self.sources().iter().map(|s| s.expected_jobs(duration_seconds)).sum::<f64>() / duration_seconds
+    }
+}
+
+impl Tenant {
+    fn validate(&self, at: &str, duration_seconds: f64) -> anyhow::Result<()> {
+        if self.name.trim().is_empty() {
+            bail!("{at}.name: must not be empty");
+        }
+        positive(&format!("{at}.arrival_rate"), self.arrival_rate)?;
+        validate_schedule(&format!("{at}.schedule"), &self.schedule, duration_seconds)
+    }
+}
+
+/// Changes inside the run, in time order, each to a rate that is not negative.
+fn validate_schedule(at: &str, schedule: &[RateChange], duration_seconds: f64) -> anyhow::Result<()> {
+    let mut previous = None;
+    for (i, change) in schedule.iter().enumerate() {
+        let field = format!("{at}[{i}]");
+        non_negative(&format!("{field}.at_seconds"), change.at_seconds)?;
+        if change.at_seconds >= duration_seconds {
+            bail!("{field}.at_seconds: {} must be less than duration_seconds ({duration_seconds})", change.at_seconds);
+        }
+        if let Some(previous) = previous
+            && change.at_seconds <= previous
+        {
+            bail!("{field}.at_seconds: {} must be later than the change before it ({previous})", change.at_seconds);
+        }
+        if change.ramp && change.at_seconds == 0.0 {
+            bail!("{field}.ramp: a ramp needs time before it; at_seconds is 0");
+        }
+        non_negative(&format!("{field}.rate"), change.rate)?;
+        previous = Some(change.at_seconds);
+    }
+    Ok(())
+}
+
+impl Hedge {
+    fn validate(&self, at: &str) -> anyhow::Result<()> {
+        positive(&format!("{at}.after_ms"), self.after_ms)?;
+        // 0 is no mark; the codepoint must fit the six DSCP bits.
+        if !(1..=63).contains(&self.dscp) {
+            bail!("{at}.dscp: {} is not a DSCP codepoint from 1 to 63", self.dscp);
+        }
+        non_negative(&format!("{at}.budget"), self.budget)
+    }
+}
+
+impl Frontend {
+    fn validate(&self) -> anyhow::Result<()> {
+        positive("frontend.cost_ms", self.cost_ms)?;
+        if self.threads == 0 {
+            bail!("frontend.threads: must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+fn one() -> f64 {
+    1.0
 }
 
 impl ServiceTime {
@@ -220,6 +535,10 @@ impl ServiceTime {
         // A lognormal needs p95 strictly above p50 (sigma > 0).
         if self.p95_ms <= self.p50_ms {
             bail!("{at}.p95_ms: {} must be greater than p50_ms ({})", self.p95_ms, self.p50_ms);
+        }
+        if let Some(tail) = &self.tail {
+            fraction(&format!("{at}.tail.fraction"), tail.fraction)?;
+            positive(&format!("{at}.tail.ms"), tail.ms)?;
         }
         if let Some(tail) = self.injected_tail_ms {
             positive(&format!("{at}.injected_tail_ms"), tail)?;
@@ -296,8 +615,12 @@ static_rate = 4
         assert_eq!(w.client, ClientPolicy::default());
         let class = &w.classes[0];
         assert_eq!((class.name.as_str(), class.action.as_str(), class.port), ("interactive", "reject", 8000));
-        assert_eq!((class.arrival_rate, class.deadline_ms, class.static_rate), (30.0, 3000.0, 25.0));
-        assert_eq!(class.service_time, ServiceTime { p50_ms: 120.0, p95_ms: 400.0, injected_tail_ms: Some(1800.0) });
+        assert_eq!((class.arrival_rate, class.deadline_ms, class.static_rate), (Some(30.0), 3000.0, 25.0));
+        assert_eq!((class.tier, class.weight, &class.hedge, &w.frontend), (Tier::Standard, 1.0, &None, &None));
+        assert_eq!(
+            class.service_time,
+            ServiceTime { p50_ms: 120.0, p95_ms: 400.0, tail: None, injected_tail_ms: Some(1800.0) }
+        );
     }
 
     #[test]
@@ -336,6 +659,9 @@ static_rate = 4
         let same_port = BATCH.replace("8001", "8000");
         let same_name = BATCH.replace("batch", "interactive");
         let low_p95 = BATCH.replace("p95_ms = 1200", "p95_ms = 300");
+        let hedge = "\nhedge = { after_ms = 400, dscp = 10, budget = 0.1 }";
+        let same_hedge =
+            format!("static_rate = 25{hedge}\n{}", BATCH.replace("port = 8001", &format!("port = 8001{hedge}")));
         let table: &[(&str, &str, &str)] = &[
             ("duration_seconds = 180", "duration_seconds = 0", "duration_seconds: 0 must be positive"),
             ("duration_seconds = 180", "duration_seconds = nan", "duration_seconds: NaN is not a finite number"),
@@ -383,6 +709,95 @@ static_rate = 4
             ("", &same_port, "class[1].port: 8000 is already the port of class[0]"),
             ("", &same_name, "class[1].name: \"interactive\" is already the name of class[0]"),
             ("", &low_p95, "class[1].service_time.p95_ms: 300"),
+            ("name = \"interactive\"", "name = \"interactive\"\ntier = \"gold\"", "unknown variant `gold`"),
+            ("name = \"interactive\"", "name = \"interactive\"\nweight = 0", "class[0].weight: 0 must be positive"),
+            ("arrival_rate = 30", "", "class[0].arrival_rate: required unless the class has tenants"),
+            (
+                "arrival_rate = 30",
+                "arrival_rate = 30\nschedule = [{ at_seconds = 200, rate = 5 }]",
+                "class[0].schedule[0].at_seconds: 200 must be less than",
+            ),
+            (
+                "arrival_rate = 30",
+                "arrival_rate = 30\nschedule = [{ at_seconds = 20, rate = 5 }, { at_seconds = 10, rate = 6 }]",
+                "class[0].schedule[1].at_seconds: 10 must be later than the change before it (20)",
+            ),
+            (
+                "arrival_rate = 30",
+                "arrival_rate = 30\nschedule = [{ at_seconds = 20, rate = -1 }]",
+                "class[0].schedule[0].rate: -1 must not be negative",
+            ),
+            (
+                "arrival_rate = 30",
+                "arrival_rate = 30\nschedule = [{ at_seconds = 0, rate = 9, ramp = true }]",
+                "class[0].schedule[0].ramp: a ramp needs time",
+            ),
+            ("arrival_rate = 30", "arrival_rate = 30\nschedule = [{ at = 1, rate = 9 }]", "unknown field `at`"),
+            (
+                "arrival_rate = 30",
+                "arrival_rate = 30\ntenant = [{ name = \"a\", arrival_rate = 3 }]",
+                "class[0].arrival_rate: a class with tenants",
+            ),
+            (
+                "arrival_rate = 30",
+                "schedule = [{ at_seconds = 5, rate = 9 }]\ntenant = [{ name = \"a\", arrival_rate = 3 }]",
+                "class[0].schedule: a class with tenants takes its schedule from them",
+            ),
+            (
+                "arrival_rate = 30",
+                "tenant = [{ name = \"a\", arrival_rate = 0 }]",
+                "class[0].tenant[0].arrival_rate: 0 must be positive",
+            ),
+            (
+                "arrival_rate = 30",
+                "tenant = [{ name = \"\", arrival_rate = 2 }]",
+                "class[0].tenant[0].name: must not be empty",
+            ),
+            (
+                "arrival_rate = 30",
+                "tenant = [{ name = \"a\", arrival_rate = 2 }, { name = \"a\", arrival_rate = 3 }]",
+                "class[0].tenant[1].name: \"a\" is already the name of tenant[0]",
+            ),
+            (
+                "arrival_rate = 30",
+                "tenant = [{ name = \"a\", arrival_rate = 2, schedule = [{ at_seconds = -1, rate = 1 }] }]",
+                "class[0].tenant[0].schedule[0].at_seconds: -1 must not be negative",
+            ),
+            (
+                "p95_ms = 400,",
+                "p95_ms = 400, tail = { fraction = 1.5, ms = 4000 },",
+                "class[0].service_time.tail.fraction: 1.5 must be between",
+            ),
+            (
+                "p95_ms = 400,",
+                "p95_ms = 400, tail = { fraction = 0.25, ms = 0 },",
+                "class[0].service_time.tail.ms: 0 must be positive",
+            ),
+            ("p95_ms = 400,", "p95_ms = 400, tail = { fraction = 0.25 },", "missing field `ms`"),
+            (
+                "port = 8000",
+                "port = 8000\nhedge = { after_ms = 0, dscp = 10, budget = 0.1 }",
+                "class[0].hedge.after_ms: 0 must be positive",
+            ),
+            (
+                "port = 8000",
+                "port = 8000\nhedge = { after_ms = 400, dscp = 0, budget = 0.1 }",
+                "class[0].hedge.dscp: 0 is not a DSCP codepoint",
+            ),
+            (
+                "port = 8000",
+                "port = 8000\nhedge = { after_ms = 400, dscp = 64, budget = 0.1 }",
+                "class[0].hedge.dscp: 64 is not a DSCP codepoint",
+            ),
+            (
+                "port = 8000",
+                "port = 8000\nhedge = { after_ms = 400, dscp = 10, budget = -1 }",
+                "class[0].hedge.budget: -1 must not be negative",
+            ),
+            ("", "frontend = { cost_ms = 0, threads = 2 }", "frontend.cost_ms: 0 must be positive"),
+            ("", "frontend = { cost_ms = 1, threads = 0 }", "frontend.threads: must be at least 1"),
+            ("", "frontend = { cost_ms = 1 }", "missing field `threads`"),
+            ("static_rate = 25", &same_hedge, "class[1].hedge.dscp: 10 is already the hedge codepoint of class[0]"),
         ];
         for (from, to, expected) in table {
             let text = if from.is_empty() {
@@ -395,6 +810,73 @@ static_rate = 4
             let error = format!("{:#}", Workload::from_toml_str(&text).expect_err(expected));
             assert!(error.contains(expected), "editing {from:?} to {to:?}: expected {expected:?} in {error}");
         }
+    }
+
+    #[test]
+    fn a_schedule_steps_and_ramps_and_integrates_to_its_jobs() {
+        let schedule = [
+            RateChange { at_seconds: 10.0, rate: 50.0, ramp: false },
+            RateChange { at_seconds: 20.0, rate: 10.0, ramp: false },
+            RateChange { at_seconds: 30.0, rate: 30.0, ramp: true },
+        ];
+        let source = Source { tenant: None, name: "c", arrival_rate: 10.0, schedule: &schedule };
+        let table = [
+            (0.0, 10.0),
+            (9.99, 10.0),
+            (10.0, 50.0),
+            (19.0, 50.0),
+            (20.0, 10.0),
+            (25.0, 20.0),
+            (30.0, 30.0),
+            (99.0, 30.0),
+        ];
+        for (t, rate) in table {
+            assert!((source.rate_at(t) - rate).abs() < 1e-9, "at {t} s: {} not {rate}", source.rate_at(t));
+        }
+        assert_eq!(source.peak_rate(), 50.0);
+        // 10 · 10 + 50 · 10 + (10 + 30) / 2 · 10 + 30 · 10 = 1100.
+        assert!((source.expected_jobs(40.0) - 1100.0).abs() < 1e-6, "{}", source.expected_jobs(40.0));
+    }
+
+    #[test]
+    fn tenants_are_the_sources_of_their_class_and_numbered_across_classes() {
+        let text = SEED.replace(
+            "arrival_rate = 30",
+            "tenant = [{ name = \"a\", arrival_rate = 3 }, { name = \"b\", arrival_rate = 30 }]",
+        );
+        let w = Workload::from_toml_str(&text).unwrap();
+        let sources = w.classes[0].sources();
+        let summary: Vec<_> = sources.iter().map(|s| (s.tenant, s.name, s.arrival_rate)).collect();
+        assert_eq!(summary, [(Some(0), "a", 3.0), (Some(1), "b", 30.0)]);
+        assert!((w.total_arrival_rate() - 33.0).abs() < 1e-9);
+        assert_eq!(w.tenants().map(|(c, t)| (c, t.name.as_str())).collect::<Vec<_>>(), [(0, "a"), (0, "b")]);
+        let fast = w.scaled(0.5);
+        assert_eq!(fast.classes[0].tenants[1].arrival_rate, 60.0);
+    }
+
+    #[test]
+    fn the_shipped_suite_uses_every_new_field() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads");
+        let mut all = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            // suite.toml lists workloads; it is not one.
+            if path.extension().is_some_and(|e| e == "toml") && !path.ends_with("suite.toml") {
+                all.push(Workload::load(&path).unwrap());
+            }
+        }
+        let classes = || all.iter().flat_map(|w| &w.classes);
+        assert!(classes().any(|c| !c.schedule.is_empty() && c.schedule.iter().any(|s| s.ramp)), "a ramp");
+        assert!(classes().any(|c| c.schedule.iter().any(|s| !s.ramp)), "a step");
+        assert!(classes().any(|c| c.tier == Tier::Critical) && classes().any(|c| c.tier == Tier::Sheddable));
+        assert!(classes().any(|c| c.weight != 1.0), "a weight");
+        assert!(classes().any(|c| c.tenants.len() > 1), "tenants");
+        assert!(
+            classes().any(|c| c.service_time.tail.as_ref().is_some_and(|t| t.ms > c.deadline_ms)),
+            "a tail past the deadline"
+        );
+        assert!(classes().any(|c| c.hedge.is_some()), "a hedge");
+        assert!(all.iter().any(|w| w.frontend.is_some()), "a frontend cost");
     }
 
     #[test]
@@ -415,13 +897,27 @@ static_rate = 4
         assert!(close(fast.client.backoff_base_ms, 10.0));
         assert_eq!((fast.client.max_attempts, fast.client.retry_budget), (3, 0.2));
         let class = &fast.classes[0];
-        assert!(close(class.arrival_rate, 300.0) && close(class.static_rate, 250.0));
+        assert!(close(class.arrival_rate.unwrap(), 300.0) && close(class.static_rate, 250.0));
         assert!(close(class.deadline_ms, 300.0));
         assert!(close(class.service_time.p50_ms, 12.0) && close(class.service_time.p95_ms, 40.0));
         assert!(close(class.service_time.injected_tail_ms.unwrap(), 180.0));
         assert_eq!((class.port, class.action.as_str()), (8000, "reject"));
         fast.validate().unwrap();
         assert_eq!(w.scaled(1.0), w);
+    }
+
+    #[test]
+    fn a_load_multiplies_every_arrival_rate_and_nothing_else() {
+        let text = SEED.replace("arrival_rate = 30", "schedule = [{ at_seconds = 10, rate = 60 }]\ntenant = [{ name = \"a\", arrival_rate = 3, schedule = [{ at_seconds = 5, rate = 6 }] }]");
+        let text = text.replace("schedule = [{ at_seconds = 10, rate = 60 }]\n", "");
+        let w = Workload::from_toml_str(&text).unwrap();
+        let double = w.with_load(2.0);
+        let tenant = &double.classes[0].tenants[0];
+        assert_eq!((tenant.arrival_rate, tenant.schedule[0].rate), (6.0, 12.0));
+        assert_eq!(double.classes[0].static_rate, w.classes[0].static_rate);
+        let seed = Workload::from_toml_str(SEED).unwrap();
+        assert_eq!(seed.with_load(0.5).classes[0].arrival_rate, Some(15.0));
+        assert_eq!(seed.with_load(1.0), seed);
     }
 
     #[test]

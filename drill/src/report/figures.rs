@@ -20,13 +20,16 @@ pub struct PhaseFigures {
     pub rejected: u64,
     pub deferred_timed_out: u64,
     pub degraded: u64,
-    /// Answered 503 by the backend's deadline admission (`reject_deadline`).
+    /// Refused by the backend's deadline admission (`reject_deadline`).
     pub rejected_deadline: u64,
+    /// Answered 503 by the backend's own overload policy (peer modes).
+    #[serde(default)]
+    pub overloaded: u64,
     /// Admitted but still unanswered when the run ended.
     pub unfinished: u64,
     pub failed: u64,
     /// Jobs turned away: rejected + deferred_timed_out + degraded +
-    /// rejected_deadline.
+    /// rejected_deadline + overloaded.
     pub shed: u64,
     /// Jobs that missed their deadline after being admitted (completed late,
     /// or unfinished when the run ended) as a share of all admitted jobs
@@ -35,13 +38,24 @@ pub struct PhaseFigures {
     /// Of completions (on time or late): finished − arrival.
     pub latency: Option<Latency>,
     pub queue_age_p95_ms: Option<f64>,
-    /// The capacity bound for this phase, jobs/s.
+    /// The service-blind bound for this phase, jobs/s.
     pub bound_per_s: f64,
     /// on_time_per_s / bound_per_s.
     pub share_of_bound: f64,
+    /// The clairvoyant oracle for this phase, jobs/s.
+    pub oracle_per_s: f64,
+    /// on_time_per_s / oracle_per_s.
+    pub share_of_oracle: f64,
     /// What the fast path counted over the phase (by when it counted); none
     /// when no daemon ran (`off`, `static`).
     pub fast_path: Option<FastPathCounts>,
+}
+
+/// The bounds that apply to a set of jobs, in jobs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PhaseBound {
+    pub blind: f64,
+    pub oracle: f64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -125,7 +139,7 @@ pub fn fast_path_over(
 }
 
 impl PhaseFigures {
-    pub fn of(jobs: &[&JobRecord], duration_s: f64, bound_per_s: f64, fast_path: Option<FastPathCounts>) -> Self {
+    pub fn of(jobs: &[&JobRecord], duration_s: f64, bound: PhaseBound, fast_path: Option<FastPathCounts>) -> Self {
         let count = |outcome: Outcome| jobs.iter().filter(|j| j.outcome == outcome).count() as u64;
         let completed_on_time = count(Outcome::OnTime);
         let late = count(Outcome::Late);
@@ -139,6 +153,7 @@ impl PhaseFigures {
         let latency = quantiles(completions.map(|j| j.finished_ms - j.arrival_ms), &[0.50, 0.95, 0.99])
             .map(|q| Latency { p50_ms: q[0], p95_ms: q[1], p99_ms: q[2] });
         let unfinished = count(Outcome::Unfinished);
+        let overloaded = count(Outcome::Overloaded);
         let admitted = completed_on_time + late + unfinished;
         let on_time_per_s = completed_on_time as f64 / duration_s;
         Self {
@@ -151,14 +166,17 @@ impl PhaseFigures {
             deferred_timed_out,
             degraded,
             rejected_deadline,
+            overloaded,
             unfinished,
             failed: count(Outcome::Failed),
-            shed: rejected + deferred_timed_out + degraded + rejected_deadline,
+            shed: rejected + deferred_timed_out + degraded + rejected_deadline + overloaded,
             late_share_of_admitted: (admitted > 0).then(|| (late + unfinished) as f64 / admitted as f64),
             latency,
             queue_age_p95_ms: quantile(jobs.iter().filter_map(|j| j.queue_age_ms), 0.95),
-            bound_per_s,
-            share_of_bound: on_time_per_s / bound_per_s,
+            bound_per_s: bound.blind / duration_s,
+            share_of_bound: share(completed_on_time as f64, bound.blind),
+            oracle_per_s: bound.oracle / duration_s,
+            share_of_oracle: share(completed_on_time as f64, bound.oracle),
             fast_path,
         }
     }
@@ -167,6 +185,11 @@ impl PhaseFigures {
     pub fn rejected_deadline_per_s(&self) -> f64 {
         self.rejected_deadline as f64 / self.duration_s
     }
+}
+
+/// `part / whole`; a bound of no jobs is met by none (0).
+pub fn share(part: f64, whole: f64) -> f64 {
+    if whole > 0.0 { part / whole } else { 0.0 }
 }
 
 #[cfg(test)]
@@ -184,6 +207,8 @@ mod tests {
             service_ms: queue_age_ms.map(|_| 100.0),
             slack_at_start_ms: None,
             injected: false,
+            tenant: None,
+            hedged: false,
         }
     }
 
@@ -216,13 +241,16 @@ mod tests {
             job(Outcome::Degraded, 0.0, 5.0, None),
             job(Outcome::Failed, 0.0, 5.0, None),
             job(Outcome::Unfinished, 0.0, 9000.0, None),
+            job(Outcome::Overloaded, 0.0, 2.0, None),
         ];
         let refs: Vec<_> = jobs.iter().collect();
-        let f = PhaseFigures::of(&refs, 2.0, 3.0, None);
-        assert_eq!((f.offered, f.completed_on_time, f.late, f.unfinished, f.failed), (10, 3, 1, 1, 1));
-        assert_eq!((f.rejected, f.rejected_deadline, f.deferred_timed_out, f.degraded, f.shed), (1, 1, 1, 1, 4));
+        let f = PhaseFigures::of(&refs, 2.0, PhaseBound { blind: 6.0, oracle: 10.0 }, None);
+        assert_eq!((f.offered, f.completed_on_time, f.late, f.unfinished, f.failed), (11, 3, 1, 1, 1));
+        assert_eq!((f.rejected, f.rejected_deadline, f.deferred_timed_out, f.degraded), (1, 1, 1, 1));
+        assert_eq!((f.overloaded, f.shed), (1, 5));
         assert_eq!(f.on_time_per_s, 1.5);
-        assert_eq!(f.share_of_bound, 0.5);
+        assert_eq!((f.bound_per_s, f.share_of_bound), (3.0, 0.5));
+        assert_eq!((f.oracle_per_s, f.share_of_oracle), (5.0, 0.3));
         // Late or unfinished, of on time + late + unfinished.
         assert_eq!(f.late_share_of_admitted, Some(0.4));
         assert_eq!(f.latency, Some(Latency { p50_ms: 200.0, p95_ms: 4000.0, p99_ms: 4000.0 }));
@@ -233,9 +261,9 @@ mod tests {
     #[test]
     fn a_phase_without_completions_has_no_latency_and_no_late_share() {
         let jobs = [job(Outcome::Rejected, 0.0, 1.0, None)];
-        let f = PhaseFigures::of(&[&jobs[0]], 1.0, 10.0, None);
+        let f = PhaseFigures::of(&[&jobs[0]], 1.0, PhaseBound { blind: 10.0, oracle: 0.0 }, None);
         assert_eq!((f.latency, f.late_share_of_admitted, f.queue_age_p95_ms), (None, None, None));
-        assert_eq!(f.share_of_bound, 0.0);
+        assert_eq!((f.share_of_bound, f.share_of_oracle), (0.0, 0.0));
     }
 
     #[test]

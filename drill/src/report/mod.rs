@@ -1,5 +1,6 @@
-//! The drill's report, computed from the runs' records alone: per mode and
-//! per phase figures against the capacity bound, the seed's expected
+//! The drill's report, computed from the runs' records and the job plan:
+//! per mode and per phase figures against the service-blind bound and the
+//! clairvoyant oracle ([`crate::bounds`]), the seed's expected
 //! evidence, the static-rate finding, and a per-second timeline; written as
 //! JSON, an SVG plot and a summary table.
 //!
@@ -21,12 +22,13 @@ use anyhow::Context;
 use serde::{Deserialize, Serialize};
 
 pub use evidence::Evidence;
-pub use figures::{FastPathCounts, Latency, PhaseFigures};
+pub use figures::{FastPathCounts, Latency, PhaseBound, PhaseFigures, share};
 pub use static_rate::{StaticClassFinding, StaticFinding};
 pub use timeline::TimeBin;
 
-use crate::capacity::{CapacityBound, capacity_bound, class_share};
+use crate::bounds::{Bounds, PhaseBounds};
 use crate::phase::{PerPhase, Phase, Phases};
+use crate::plan::plan_jobs;
 use crate::record::{JobRecord, RunRecord};
 use crate::workload::{Workload, check_time_scale};
 
@@ -37,7 +39,8 @@ pub struct DrillReport {
     pub time_scale: f64,
     pub workload: Workload,
     pub phases: Phases,
-    pub capacity: CapacityBound,
+    /// Both bounds on the plan every mode was offered.
+    pub bounds: Bounds,
     pub modes: Vec<ModeReport>,
     pub static_finding: StaticFinding,
     pub evidence: Vec<Evidence>,
@@ -48,8 +51,8 @@ pub struct ModeReport {
     pub mode: String,
     /// All classes together.
     pub phases: PerPhase<PhaseFigures>,
-    /// Each class alone (same order as the workload's), against its share
-    /// of the bound.
+    /// Each class alone (same order as the workload's), against its part of
+    /// the bounds.
     pub classes: Vec<ClassReport>,
     /// When slack_p10 first went below zero, seconds after the injection
     /// began (negative: before it).
@@ -87,17 +90,18 @@ impl DrillReport {
         check_time_scale(time_scale).expect("a valid time scale");
         let runs: Vec<RunRecord> = runs.iter().map(|r| on_workload_clock(r, time_scale)).collect();
         let phases = Phases::of(workload);
-        let capacity = capacity_bound(workload);
+        let bounds = Bounds::of(workload, &plan_jobs(workload, seed));
         // Every mode gets the same seconds, long enough for the last outcome
         // (a backlog can outlast the run) but no longer than twice the run,
         // whatever a stray record says.
         let last_ms = runs.iter().flat_map(|r| &r.jobs).map(|j| j.finished_ms).fold(phases.end_ms, f64::max);
         let bins = (last_ms.min(2.0 * phases.end_ms) / 1000.0).ceil() as usize;
         let modes: Vec<ModeReport> =
-            runs.iter().map(|run| ModeReport::build(workload, &phases, &capacity, run, bins)).collect();
-        let static_finding = StaticFinding::build(workload, &capacity, modes.iter().find(|m| m.mode == "static"));
+            runs.iter().map(|run| ModeReport::build(workload, &phases, &bounds, run, bins)).collect();
+        let static_finding =
+            StaticFinding::build(workload, &phases, &bounds, modes.iter().find(|m| m.mode == "static"));
         let evidence = evidence::judge(&phases, &modes);
-        DrillReport { seed, time_scale, workload: workload.clone(), phases, capacity, modes, static_finding, evidence }
+        DrillReport { seed, time_scale, workload: workload.clone(), phases, bounds, modes, static_finding, evidence }
     }
 
     pub fn mode(&self, name: &str) -> Option<&ModeReport> {
@@ -124,9 +128,9 @@ impl DrillReport {
 }
 
 impl ModeReport {
-    fn build(workload: &Workload, phases: &Phases, capacity: &CapacityBound, run: &RunRecord, bins: usize) -> Self {
+    fn build(workload: &Workload, phases: &Phases, bounds: &Bounds, run: &RunRecord, bins: usize) -> Self {
         let all_classes: Vec<usize> = (0..workload.classes.len()).collect();
-        let per_phase = |classes: &[usize], share: f64| {
+        let per_phase = |classes: &[usize], bound_of: &dyn Fn(&PhaseBounds) -> PhaseBound| {
             PerPhase::from_fn(|phase| {
                 let jobs: Vec<&JobRecord> = run
                     .jobs
@@ -137,15 +141,18 @@ impl ModeReport {
                 // The last phase's counters run to the last poll.
                 let end_ms = if phase == Phase::Recovered { f64::INFINITY } else { end_ms };
                 let fast_path = figures::fast_path_over(&run.timeline, classes, start_ms, end_ms);
-                PhaseFigures::of(&jobs, phases.duration_s(phase), capacity.for_phase(phase) * share, fast_path)
+                PhaseFigures::of(&jobs, phases.duration_s(phase), bound_of(bounds.phase(phase)), fast_path)
             })
         };
-        let totals = per_phase(&all_classes, 1.0);
+        let totals = per_phase(&all_classes, &|b| PhaseBound { blind: b.blind_total, oracle: b.oracle_total as f64 });
         let classes = workload
             .classes
             .iter()
             .enumerate()
-            .map(|(i, c)| ClassReport { class: c.name.clone(), phases: per_phase(&[i], class_share(workload, i)) })
+            .map(|(i, c)| ClassReport {
+                class: c.name.clone(),
+                phases: per_phase(&[i], &|b| PhaseBound { blind: b.blind[i], oracle: b.oracle[i] as f64 }),
+            })
             .collect();
         let timeline = timeline::bin_run(run, bins);
         let injected_s = phases.injected_from_ms / 1000.0;

@@ -1,13 +1,13 @@
 //! The static mode's finding: no single static rate is right in both the
 //! steady and the injected phase. The right rate is what the phase can
-//! finish on time, its capacity bound (each class its share): all that is
-//! offered while steady, far less once the tail is injected.
+//! finish on time, the class's part of the service-blind bound: all that
+//! is offered while steady, far less once the tail is injected.
 
 use serde::{Deserialize, Serialize};
 
 use super::ModeReport;
-use crate::capacity::{CapacityBound, class_share};
-use crate::phase::{PerPhase, Phase};
+use crate::bounds::Bounds;
+use crate::phase::{PerPhase, Phase, Phases};
 use crate::workload::Workload;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -33,7 +33,7 @@ pub struct StaticClassFinding {
 }
 
 impl StaticFinding {
-    pub fn build(workload: &Workload, capacity: &CapacityBound, static_mode: Option<&ModeReport>) -> Self {
+    pub fn build(workload: &Workload, phases: &Phases, bounds: &Bounds, static_mode: Option<&ModeReport>) -> Self {
         let ran = static_mode.map(|m| &m.static_rates_per_s).filter(|r| r.len() == workload.classes.len());
         let classes = workload
             .classes
@@ -41,9 +41,9 @@ impl StaticFinding {
             .enumerate()
             .map(|(i, class)| {
                 let configured_per_s = ran.map_or(class.static_rate, |rates| rates[i]);
-                let share = class_share(workload, i);
-                let right_steady_per_s = capacity.steady_per_s * share;
-                let right_injected_per_s = capacity.injected_per_s * share;
+                let right_per_s = |phase: Phase| bounds.phase(phase).blind[i] / phases.duration_s(phase);
+                let right_steady_per_s = right_per_s(Phase::Steady);
+                let right_injected_per_s = right_per_s(Phase::Injected);
                 StaticClassFinding {
                     class: class.name.clone(),
                     configured_per_s,

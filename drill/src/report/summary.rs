@@ -9,7 +9,6 @@ use crate::phase::Phase;
 pub fn table(report: &DrillReport) -> String {
     let mut out = String::new();
     let classes: Vec<&str> = report.workload.classes.iter().map(|c| c.name.as_str()).collect();
-    let bound = &report.capacity;
     // Wide enough for the longest row name: a mode, or mode/class.
     let several_classes = classes.len() > 1;
     let longest_class = if several_classes { classes.iter().map(|c| c.len() + 1).max().unwrap_or(0) } else { 0 };
@@ -21,15 +20,15 @@ pub fn table(report: &DrillReport) -> String {
         report.seed,
         report.time_scale
     );
-    let _ = writeln!(
-        out,
-        "capacity bound W/E[service]: steady {:.1}/s (E {:.0} ms, offered {:.1}/s), injected {:.1}/s (E {:.0} ms)\n",
-        bound.steady_per_s,
-        bound.mean_service_steady_ms,
-        bound.offered_per_s,
-        bound.injected_per_s,
-        bound.mean_service_injected_ms
-    );
+    let per_s = |phase: Phase, jobs: f64| jobs / report.phases.duration_s(phase);
+    let bounds = |name: &str, of: &dyn Fn(Phase) -> f64| {
+        let rates: Vec<String> = Phase::ALL.iter().map(|&p| format!("{} {:.1}", p.name(), per_s(p, of(p)))).collect();
+        format!("{name} per second: {}", rates.join(", "))
+    };
+    let offered = |p: Phase| report.bounds.phase(p).offered.iter().sum::<u64>() as f64;
+    let _ = writeln!(out, "{}", bounds("offered", &offered));
+    let _ = writeln!(out, "{}", bounds("service-blind bound", &|p| report.bounds.phase(p).blind_total));
+    let _ = writeln!(out, "{}\n", bounds("clairvoyant oracle", &|p| report.bounds.phase(p).oracle_total as f64));
     let _ = writeln!(
         out,
         "{:<width$} {:<9} {:>7} {:>7} {:>9} {:>7} {:>6} {:>6} {:>8} {:>6} {:>8} {:>8} {:>10} {:>10}",

@@ -8,6 +8,7 @@ use plotters::element::DashedPathElement;
 use plotters::prelude::*;
 
 use super::{DrillReport, ModeReport, TimeBin};
+use crate::phase::Phase;
 
 const WIDTH: u32 = 1200;
 const HEADER: u32 = 70;
@@ -59,7 +60,10 @@ fn mode_colour(mode: &str) -> RGBColor {
         "observe" => RGBColor(31, 119, 180),
         "enforce" => RGBColor(44, 160, 44),
         "static" => RGBColor(255, 127, 14),
-        _ => RGBColor(148, 103, 189),
+        "queue-cap" => RGBColor(148, 103, 189),
+        "queue-timeout" => RGBColor(140, 86, 75),
+        "saturation" => RGBColor(227, 119, 194),
+        _ => RGBColor(23, 190, 207),
     }
 }
 
@@ -95,7 +99,7 @@ fn draw_header(area: &DrawingArea<SVGBackend, Shift>, report: &DrillReport) -> a
     }
     let bound_style = BLACK.stroke_width(1);
     area.draw(&DashedPathElement::new(vec![(x, y), (x + 30, y)], 5, 4, bound_style))?;
-    area.draw(&Text::new("capacity bound", (x + 36, y - 8), (FONT, 15).into_font()))?;
+    area.draw(&Text::new("blind bound", (x + 36, y - 8), (FONT, 15).into_font()))?;
     x += 170;
     for (label, shade) in [("steady", STEADY_SHADE), ("injected", INJECTED_SHADE), ("recovered", RECOVERED_SHADE)] {
         area.draw(&Rectangle::new([(x, y - 8), (x + 24, y + 8)], shade.mix(0.15).filled()))?;
@@ -161,11 +165,12 @@ fn draw_panel(
     Ok(())
 }
 
-/// The capacity bound as steps over the phases.
+/// The service-blind bound as steps over the phases.
 fn bound_line(report: &DrillReport, x_max: f64) -> Vec<(f64, f64)> {
-    let (steady, injected) = (report.capacity.steady_per_s, report.capacity.injected_per_s);
+    let rate = |phase: Phase| report.bounds.phase(phase).blind_total / report.phases.duration_s(phase);
+    let (steady, injected, recovered) = (rate(Phase::Steady), rate(Phase::Injected), rate(Phase::Recovered));
     let (from, to) = (report.phases.injected_from_ms / 1000.0, report.phases.recovered_from_ms / 1000.0);
-    vec![(0.0, steady), (from, steady), (from, injected), (to, injected), (to, steady), (x_max, steady)]
+    vec![(0.0, steady), (from, steady), (from, injected), (to, injected), (to, recovered), (x_max, recovered)]
 }
 
 /// Runs of consecutive known points: a second without a value breaks the

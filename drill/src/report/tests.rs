@@ -8,8 +8,8 @@ use crate::record::{Outcome, TimelinePoint};
 const K: f64 = 0.5;
 
 /// 4 workers; E[service] = 100 · e^(0.66791²/2) = 124.99 ms, so the steady
-/// bound is the 10/s offered and the injected one 4 / (0.5 · 0.125 + 0.5 · 1)
-/// = 7.11/s.
+/// phase's bound is about what its plan offers and the injected one about
+/// 4 / (0.5 · 0.125 + 0.5 · 1) = 7.11/s (the plan's own draws decide).
 const WORKLOAD: &str = r#"
 duration_seconds = 30
 worker_count = 4
@@ -89,6 +89,8 @@ fn run(mode: &str, script: Script) -> RunRecord {
                 service_ms: None,
                 slack_at_start_ms: slack.map(|v| v * K),
                 injected: false,
+                tenant: None,
+                hedged: false,
             }
         })
         .collect();
@@ -141,6 +143,11 @@ fn close(actual: f64, expected: f64) -> bool {
     (actual - expected).abs() < 1e-3
 }
 
+/// The blind bound of a phase of the report's plan, jobs/s.
+fn blind_per_s(report: &DrillReport, phase: Phase) -> f64 {
+    report.bounds.phase(phase).blind_total / report.phases.duration_s(phase)
+}
+
 #[test]
 fn phase_figures_are_counted_by_arrival_on_the_workload_clock() {
     let report = report();
@@ -150,7 +157,8 @@ fn phase_figures_are_counted_by_arrival_on_the_workload_clock() {
         (steady.offered, steady.completed_on_time, steady.duration_s, steady.on_time_per_s),
         (100, 100, 10.0, 10.0)
     );
-    assert_eq!(steady.share_of_bound, 1.0);
+    assert!(close(steady.share_of_bound, 10.0 / blind_per_s(&report, Phase::Steady)));
+    assert!(close(steady.share_of_oracle, 100.0 / report.bounds.phase(Phase::Steady).oracle_total as f64));
     assert_eq!(steady.latency, Some(Latency { p50_ms: 200.0, p95_ms: 200.0, p99_ms: 200.0 }));
     assert_eq!(steady.queue_age_p95_ms, Some(20.0));
     let injected = off.phase(Phase::Injected);
@@ -158,8 +166,10 @@ fn phase_figures_are_counted_by_arrival_on_the_workload_clock() {
     assert_eq!(injected.late_share_of_admitted, Some(0.6));
     // 40 of 100 completions took 800 ms, 60 took 2500 ms.
     assert_eq!(injected.latency.map(|l| (l.p50_ms, l.p95_ms)), Some((2500.0, 2500.0)));
-    assert!(close(injected.bound_per_s, 7.111), "{}", injected.bound_per_s);
-    assert!(close(injected.share_of_bound, 4.0 / 7.111), "{}", injected.share_of_bound);
+    let bound = blind_per_s(&report, Phase::Injected);
+    assert!((6.0..8.5).contains(&bound), "the injected bound {bound}/s is near 7.11/s");
+    assert!(close(injected.bound_per_s, bound), "{}", injected.bound_per_s);
+    assert!(close(injected.share_of_bound, 4.0 / bound), "{}", injected.share_of_bound);
     let recovered = off.phase(Phase::Recovered);
     assert_eq!((recovered.completed_on_time, recovered.late, recovered.on_time_per_s), (50, 50, 5.0));
     assert_eq!(off.phase(Phase::Injected).fast_path, None);
@@ -203,17 +213,19 @@ fn slack_crossing_and_drain_are_read_per_second() {
 fn the_static_finding_sets_the_configured_rate_against_each_phase() {
     let report = report();
     let finding = &report.static_finding.classes[0];
-    assert_eq!((finding.configured_per_s, finding.right_steady_per_s), (8.0, 10.0));
-    assert!(close(finding.right_injected_per_s, 7.111));
-    assert!(close(finding.steady_turned_away, 0.2));
-    assert!(close(finding.injected_overadmission, 8.0 / 7.111));
+    let (steady, injected) = (blind_per_s(&report, Phase::Steady), blind_per_s(&report, Phase::Injected));
+    assert_eq!(finding.configured_per_s, 8.0);
+    assert!(close(finding.right_steady_per_s, steady) && close(finding.right_injected_per_s, injected));
+    assert!(close(finding.steady_turned_away, 1.0 - 8.0 / steady));
+    assert!(close(finding.injected_overadmission, 8.0 / injected));
     let measured = report.static_finding.measured_share_of_bound.as_ref().unwrap();
-    assert_eq!(measured.steady, 0.8);
-    assert!(close(measured.injected, 4.0 / 7.111));
+    assert!(close(measured.steady, 8.0 / steady));
+    assert!(close(measured.injected, 4.0 / injected));
     let lines = report.static_finding.lines().join("\n");
-    assert!(lines.contains("static 8.0/s for api: turns away 20% of the steady work"), "{lines}");
-    assert!(lines.contains("admits 1.1x what the injected phase can finish (right rate 7.1/s)"), "{lines}");
-    assert!(lines.contains("80% of the bound when steady, 56% injected"), "{lines}");
+    let expected = format!("static 8.0/s for api: turns away {:.0}% of the steady work", (1.0 - 8.0 / steady) * 100.0);
+    assert!(lines.contains(&expected), "{lines}");
+    let expected = format!("what the injected phase can finish (right rate {injected:.1}/s)");
+    assert!(lines.contains(&expected), "{lines}");
 }
 
 #[test]
@@ -265,8 +277,12 @@ fn the_summary_table_has_a_row_per_mode_and_phase_and_the_verdicts() {
     let enforce_injected = rows.iter().find(|r| r.split_whitespace().take(2).eq(["enforce", "injected"])).unwrap();
     let cells: Vec<&str> = enforce_injected.split_whitespace().collect();
     // offered, on-time, on-time/s, % bound, late%, unfinished, rejected, 503-dl.
-    assert_eq!(&cells[2..10], ["100", "70", "7.00", "98", "0.0", "0", "15", "15"], "{enforce_injected}");
-    assert!(table.contains("capacity bound W/E[service]: steady 10.0/s (E 125 ms"), "{table}");
+    let percent = format!("{:.0}", 700.0 / blind_per_s(&report(), Phase::Injected));
+    assert_eq!(&cells[2..10], ["100", "70", "7.00", &percent, "0.0", "0", "15", "15"], "{enforce_injected}");
+    assert!(
+        table.contains("service-blind bound per second: steady ") && table.contains("clairvoyant oracle per second: "),
+        "{table}"
+    );
     assert_eq!(table.matches("\n  yes  ").count(), 5, "{table}");
     assert!(table.contains("static rates 8.0/s"), "{table}");
 }
@@ -286,6 +302,8 @@ fn each_class_is_reported_against_its_share_of_the_bound() {
         service_ms: Some(90.0),
         slack_at_start_ms: Some(500.0),
         injected: false,
+        tenant: None,
+        hedged: false,
     };
     let jobs = (0..180 * 25)
         .map(|n| {
@@ -301,9 +319,12 @@ fn each_class_is_reported_against_its_share_of_the_bound() {
     let enforce = report.mode("enforce").unwrap();
     let interactive = enforce.class("interactive").unwrap().phases.get(Phase::Injected);
     assert_eq!((interactive.offered, interactive.completed_on_time, interactive.shed), (1200, 1200, 0));
-    // 20/s against 80% of the 18.76/s bound.
-    assert!(close(interactive.bound_per_s, 0.8 * report.capacity.injected_per_s));
-    assert!(close(interactive.share_of_bound, 20.0 / (0.8 * report.capacity.injected_per_s)));
+    // Interactive is the class with the most on-time jobs per worker-second:
+    // the blind bound gives it all it offers.
+    let bounds = report.bounds.phase(Phase::Injected);
+    assert!(close(interactive.bound_per_s, bounds.blind[0] / 60.0));
+    assert!(close(bounds.blind[0], bounds.can_finish[0] as f64), "{bounds:?}");
+    assert!(close(interactive.share_of_bound, 1200.0 / bounds.blind[0]));
     let batch = enforce.class("batch").unwrap().phases.get(Phase::Injected);
     assert_eq!((batch.offered, batch.completed_on_time, batch.rejected), (300, 150, 150));
     assert_eq!(enforce.phase(Phase::Injected).completed_on_time, 1350);
@@ -335,7 +356,7 @@ fn the_svg_has_every_panel_phase_and_mode() {
     let svg = std::fs::read_to_string(&path).unwrap();
     assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{}", &svg[..200]);
     assert_eq!(svg.matches("<text").count(), svg.matches("</text>").count(), "every text element closes");
-    for text in ["steady", "injected", "recovered", "off", "observe", "enforce", "static", "capacity bound"] {
+    for text in ["steady", "injected", "recovered", "off", "observe", "enforce", "static", "blind bound"] {
         assert!(svg.contains(&format!("\n{text}\n</text>")), "no label {text}");
     }
     for text in ["Completed on time", "Completed late", "Queue age p95", "Budget", "Turned away", "jobs/s", "seconds"] {

@@ -35,9 +35,11 @@ pub fn bin_run(run: &RunRecord, bins: usize) -> Vec<TimeBin> {
             match job.outcome {
                 Outcome::OnTime => *on_time += 1,
                 Outcome::Late => *late += 1,
-                Outcome::Rejected | Outcome::RejectedDeadline | Outcome::DeferredTimedOut | Outcome::Degraded => {
-                    *turned_away += 1
-                }
+                Outcome::Rejected
+                | Outcome::RejectedDeadline
+                | Outcome::DeferredTimedOut
+                | Outcome::Degraded
+                | Outcome::Overloaded => *turned_away += 1,
                 // Not a completion, and not turned away: it shows as queue age.
                 Outcome::Unfinished | Outcome::Failed => {}
             }
@@ -133,6 +135,8 @@ mod tests {
             service_ms: None,
             slack_at_start_ms: slack,
             injected: false,
+            tenant: None,
+            hedged: false,
         }
     }
 

@@ -4,7 +4,10 @@
 //!
 //! It honours marks, and nothing else of shedder's: a connection whose SYN
 //! arrived with a DSCP mark (read back with `TCP_SAVED_SYN`) is answered 503
-//! with a jittered `Retry-After` at once, without queueing.
+//! with a jittered `Retry-After` at once, without queueing; the class's
+//! hedge codepoint is no mark. Every request that reaches it pays the
+//! frontend's cost first ([`crate::frontend`]), and a peer mode may refuse
+//! it on arrival ([`crate::peer`]).
 
 use std::{net::TcpListener, sync::Arc, time::Duration};
 
@@ -19,7 +22,9 @@ use tokio::{
 };
 
 use crate::{
-    http::{Response, parse_request, read_head},
+    frontend::FrontendPool,
+    http::{Request, Response, read_head},
+    peer::{Load, Peer},
     run_context::RunContext,
     workers::{self, Admission},
 };
@@ -28,6 +33,7 @@ use crate::{
 pub struct QueuedJob {
     pub id: u64,
     pub attempt: u32,
+    pub hedge: bool,
     /// When it joined the queue, ms on the run's clock.
     pub enqueued_ms: f64,
     pub reply: oneshot::Sender<Response>,
@@ -41,19 +47,39 @@ pub struct Backend {
     tasks: JoinSet<()>,
 }
 
+/// What every connection's task shares.
+struct Server {
+    ctx: Arc<RunContext>,
+    queue: mpsc::UnboundedSender<QueuedJob>,
+    load: Arc<Load>,
+    peer: Peer,
+    frontend: Option<Arc<FrontendPool>>,
+}
+
 impl Backend {
     /// Serves `listeners` (one per class, in the workload's order; created in
     /// the server namespace with saved SYNs) on the current tokio runtime.
-    pub fn start(ctx: Arc<RunContext>, listeners: Vec<TcpListener>, admission: Admission) -> anyhow::Result<Self> {
+    pub fn start(
+        ctx: Arc<RunContext>,
+        listeners: Vec<TcpListener>,
+        admission: Admission,
+        peer: Peer,
+    ) -> anyhow::Result<Self> {
         let mut tasks = JoinSet::new();
         let (queue, waiting) = mpsc::unbounded_channel();
-        workers::start(&mut tasks, ctx.clone(), waiting, admission);
+        let load = Arc::new(Load::default());
+        workers::start(&mut tasks, ctx.clone(), waiting, admission, peer, load.clone());
+        let frontend = match &ctx.scaled.frontend {
+            Some(f) => Some(FrontendPool::start(Duration::from_secs_f64(f.cost_ms / 1000.0), f.threads)?),
+            None => None,
+        };
+        let server = Arc::new(Server { ctx, queue, load, peer, frontend });
         for listener in listeners {
             let listener = tokio::net::TcpListener::from_std(listener).context("registering a listener")?;
-            let (ctx, queue) = (ctx.clone(), queue.clone());
+            let server = server.clone();
             tasks.spawn(async move {
                 while let Ok((stream, _)) = listener.accept().await {
-                    tokio::spawn(serve(ctx.clone(), stream, queue.clone()));
+                    tokio::spawn(server.clone().serve(stream));
                 }
             });
         }
@@ -67,32 +93,52 @@ impl Drop for Backend {
     }
 }
 
-/// One connection: one request, one answer.
-async fn serve(ctx: Arc<RunContext>, stream: TcpStream, queue: mpsc::UnboundedSender<QueuedJob>) {
-    let Ok((marked, mut stream)) = mark_of(stream) else { return };
-    let Ok(Ok(head)) = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await else { return };
-    let Ok((id, attempt)) = parse_request(&head) else { return };
-    if ctx.plan.get(id as usize).is_none_or(|job| job.id != id) {
-        return;
-    }
-    let response = if marked {
-        // One to three of the workload's seconds, so marked clients do not come back together.
-        Response::new(503).header("X-Drill-Reason", "degraded").header("Retry-After", rand::rng().random_range(1..=3))
-    } else {
-        let (reply, answer) = oneshot::channel();
-        if queue.send(QueuedJob { id, attempt, enqueued_ms: ctx.now_ms(), reply }).is_err() {
-            return;
+impl Server {
+    /// One connection: one request, one answer.
+    async fn serve(self: Arc<Self>, stream: TcpStream) {
+        let ctx = &self.ctx;
+        let Ok((dscp, mut stream)) = dscp_of_syn(stream) else { return };
+        let Ok(Ok(head)) = tokio::time::timeout(REQUEST_TIMEOUT, read_head(&mut stream)).await else { return };
+        let Ok(request) = Request::parse(&head) else { return };
+        let Some(job) = ctx.plan.get(request.job as usize).filter(|job| job.id == request.job) else { return };
+        let class = &ctx.scaled.classes[job.class];
+        if let Some(frontend) = &self.frontend {
+            frontend.pay().await;
         }
-        let Ok(response) = answer.await else { return };
-        response
-    };
-    let _ = stream.write_all(response.to_wire().as_bytes()).await;
-    let _ = stream.shutdown().await;
+        let hedge_dscp = class.hedge.as_ref().map(|h| h.dscp);
+        let marked = dscp != 0 && Some(dscp) != hedge_dscp;
+        let response = if marked {
+            // One to three of the workload's seconds, so marked clients do not come back together.
+            Response::new(503)
+                .header("X-Drill-Reason", "degraded")
+                .header("Retry-After", rand::rng().random_range(1..=3))
+        } else if let Some(reason) = self.peer.on_arrival(class.tier, &self.load, ctx.scaled.worker_count) {
+            // The peers' servers say no more than this: no Retry-After.
+            Response::new(503).header("X-Drill-Reason", reason)
+        } else {
+            let (reply, answer) = oneshot::channel();
+            self.load.enqueued();
+            let queued = QueuedJob {
+                id: request.job,
+                attempt: request.attempt,
+                hedge: request.hedge,
+                enqueued_ms: ctx.now_ms(),
+                reply,
+            };
+            if self.queue.send(queued).is_err() {
+                return;
+            }
+            let Ok(response) = answer.await else { return };
+            response
+        };
+        let _ = stream.write_all(response.to_wire().as_bytes()).await;
+        let _ = stream.shutdown().await;
+    }
 }
 
-/// Whether the connection's SYN carried a DSCP mark (shedder's `mark`).
-fn mark_of(stream: TcpStream) -> std::io::Result<(bool, TcpStream)> {
+/// The DSCP the connection's SYN arrived with (0 when unknown).
+fn dscp_of_syn(stream: TcpStream) -> std::io::Result<(u8, TcpStream)> {
     let stream = stream.into_std()?;
-    let marked = saved_syn(&stream).ok().and_then(|header| dscp_of(&header)).is_some_and(|dscp| dscp != 0);
-    Ok((marked, TcpStream::from_std(stream)?))
+    let dscp = saved_syn(&stream).ok().and_then(|header| dscp_of(&header)).unwrap_or(0);
+    Ok((dscp, TcpStream::from_std(stream)?))
 }

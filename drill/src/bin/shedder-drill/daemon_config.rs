@@ -4,10 +4,10 @@
 //! workload's run played faster.
 //!
 //! The choices (documented in the report's README section):
-//! * `max_rate` = 2 × the class's offered rate: never the limit in the steady
-//!   phase, and a budget the controller has to cut, not one that happens to fit;
-//! * `min_rate` = 5% of the offered rate: a cut never closes a class;
-//! * `burst` = 0.2 s of the offered rate (at least 2): Poisson arrivals pass
+//! * `max_rate` = 2 × the class's peak offered rate: never the limit, and a
+//!   budget the controller has to cut, not one that happens to fit;
+//! * `min_rate` = 5% of the mean offered rate: a cut never closes a class;
+//! * `burst` = 0.2 s of the mean offered rate (at least 2): Poisson arrivals pass
 //!   an unused budget, while a freshly cut budget lets little through at once;
 //! * `prior`: no queue, and the workload's service p95.
 
@@ -50,14 +50,15 @@ pub fn daemon_config(scaled: &Workload, mode: DaemonMode, k: f64) -> anyhow::Res
     ])];
     let mut rules = Vec::new();
     for class in &scaled.classes {
-        let offered = class.arrival_rate;
+        let offered = class.mean_arrival_rate(scaled.duration_seconds);
+        let peak: f64 = class.sources().iter().map(|s| s.peak_rate()).sum();
         classes.push(table([
             ("name", class.name.clone().into()),
             ("burst", (offered * 0.2).max(2.0).round().into()),
             ("action", class.action.clone().into()),
             ("deadline_ms", class.deadline_ms.into()),
             ("safety_ms", (250.0 * k).into()),
-            ("adaptive", table([("min_rate", (offered * 0.05).into()), ("max_rate", (offered * 2.0).into())]).into()),
+            ("adaptive", table([("min_rate", (offered * 0.05).into()), ("max_rate", (peak * 2.0).into())]).into()),
             (
                 "prior",
                 table([("queue_age_p95_ms", 0.0.into()), ("service_p95_ms", class.service_time.p95_ms.into())]).into(),

@@ -1,7 +1,8 @@
 //! The little HTTP/1.1 both sides speak: one request per connection
-//! (`Connection: close`), `GET /job/<id>?attempt=<n>`, and a status line
-//! with a few headers back: `X-Drill-Reason` on a 503 (`degraded`,
-//! `reject_deadline`), and the backend's figures for the job record
+//! (`Connection: close`), `GET /job/<id>?attempt=<n>&hedge=<0|1>`, and a
+//! status line with a few headers back: `X-Drill-Reason` on a refusal
+//! (`degraded`, `reject_deadline`, or a peer's `queue_full`,
+//! `queue_timeout`, `saturated`), and the backend's figures for the job record
 //! (`X-Drill-Queue-Age-Ms`, `-Service-Ms`, `-Slack-Ms`, on the run's clock).
 //! `Retry-After` is in the workload's seconds, as a real backend would say
 //! it; the client plays it at the run's time scale.
@@ -30,16 +31,38 @@ pub async fn read_head(stream: &mut (impl AsyncRead + Unpin)) -> anyhow::Result<
     Ok(String::from_utf8_lossy(&head).into_owned())
 }
 
-pub fn request(job: u64, attempt: u32) -> String {
-    format!("GET /job/{job}?attempt={attempt} HTTP/1.1\r\nHost: backend\r\nConnection: close\r\n\r\n")
+/// What a request asks for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Request {
+    pub job: u64,
+    /// 1 for the first attempt; a retry counts up.
+    pub attempt: u32,
+    /// A hedge: the duplicate of an attempt still in flight.
+    pub hedge: bool,
 }
 
-/// The job id and attempt of a request head.
-pub fn parse_request(head: &str) -> anyhow::Result<(u64, u32)> {
-    let line = head.lines().next().unwrap_or_default();
-    let target = line.strip_prefix("GET /job/").and_then(|rest| rest.split(' ').next()).context("not a job request")?;
-    let (id, attempt) = target.split_once("?attempt=").context("no attempt")?;
-    Ok((id.parse().context("job id")?, attempt.parse().context("attempt")?))
+impl Request {
+    pub fn to_wire(self) -> String {
+        format!(
+            "GET /job/{}?attempt={}&hedge={} HTTP/1.1\r\nHost: backend\r\nConnection: close\r\n\r\n",
+            self.job,
+            self.attempt,
+            u8::from(self.hedge)
+        )
+    }
+
+    pub fn parse(head: &str) -> anyhow::Result<Self> {
+        let line = head.lines().next().unwrap_or_default();
+        let target =
+            line.strip_prefix("GET /job/").and_then(|rest| rest.split(' ').next()).context("not a job request")?;
+        let (job, query) = target.split_once("?attempt=").context("no attempt")?;
+        let (attempt, hedge) = query.split_once("&hedge=").context("no hedge")?;
+        Ok(Self {
+            job: job.parse().context("job id")?,
+            attempt: attempt.parse().context("attempt")?,
+            hedge: hedge == "1",
+        })
+    }
 }
 
 /// A response: status, reason, headers.
@@ -60,7 +83,11 @@ impl Response {
     }
 
     pub fn to_wire(&self) -> String {
-        let reason = if self.status == 200 { "OK" } else { "Service Unavailable" };
+        let reason = match self.status {
+            200 => "OK",
+            429 => "Too Many Requests",
+            _ => "Service Unavailable",
+        };
         let mut text = format!("HTTP/1.1 {} {reason}\r\nConnection: close\r\nContent-Length: 0\r\n", self.status);
         for (name, value) in &self.headers {
             text.push_str(&format!("{name}: {value}\r\n"));
@@ -93,8 +120,11 @@ mod tests {
 
     #[test]
     fn a_request_and_a_response_survive_the_wire() {
-        assert_eq!(parse_request(&request(1234, 2)).unwrap(), (1234, 2));
-        assert!(parse_request("GET / HTTP/1.1\r\n\r\n").is_err());
+        for request in [Request { job: 1234, attempt: 2, hedge: false }, Request { job: 7, attempt: 1, hedge: true }] {
+            assert_eq!(Request::parse(&request.to_wire()).unwrap(), request);
+        }
+        assert!(Request::parse("GET / HTTP/1.1\r\n\r\n").is_err());
+        assert_eq!(Response::parse(&Response::new(429).to_wire()).unwrap().status, 429);
         let response = Response::new(503).header("Retry-After", 2).header("X-Drill-Reason", "degraded");
         let parsed = Response::parse(&response.to_wire()).unwrap();
         assert_eq!(parsed.status, 503);

@@ -1,13 +1,16 @@
 //! `shedder-drill`: the failure drill (run it with `cargo xtask drill`).
 //!
 //! A declared workload runs once per mode (`off`, `observe`, `enforce`,
-//! `static`) through a fresh pair of network namespaces: a staging inference
-//! backend in the server namespace, behind the real `shedder` daemon (or
-//! nftables, or nothing), and an open-loop load generator in the client
-//! namespace, both playing the same fixed-seed job plan at time scale K.
-//! Each run's records go to `<out>/runs/<mode>.json`; the report built from
-//! them to `<out>/report.json` and `<out>/drill.svg`, and its summary table to
-//! the terminal.
+//! `static`, and the peers `queue-cap`, `queue-timeout`, `saturation`)
+//! through a fresh pair of network namespaces: a staging inference backend
+//! in the server namespace, behind the real `shedder` daemon (or nftables,
+//! or nothing, or its own peer policy), and an open-loop load generator in
+//! the client namespace, both playing the same fixed-seed job plan at time
+//! scale K. Each run's records go to `<out>/runs/<mode>.json`; the report
+//! built from them to `<out>/report.json` and `<out>/drill.svg`, and its
+//! summary table to the terminal. With `--suite`, each workload of the
+//! suite goes to `<out>/<name>/`, and the summary over all of them to
+//! `<out>/suite.json` and `<out>/suite.svg`.
 //!
 //! Ctrl-C or SIGTERM stops the run in progress; its namespaces, daemon and
 //! nftables table are removed on the way out.
@@ -16,14 +19,18 @@ mod backend;
 mod control;
 mod daemon;
 mod daemon_config;
+mod frontend;
+mod hedge;
 mod http;
 mod loadgen;
 mod modes;
 mod nft;
+mod peer;
 mod progress;
 mod retry;
 mod run_context;
 mod samples;
+mod tenants;
 mod timeline;
 mod workers;
 
@@ -32,7 +39,11 @@ use std::path::PathBuf;
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
-use shedder_drill::{report::DrillReport, workload::Workload};
+use shedder_drill::{
+    report::DrillReport,
+    suite::{self, SuiteFile},
+    workload::Workload,
+};
 use tokio::{
     signal::unix::{SignalKind, signal},
     sync::watch,
@@ -53,10 +64,18 @@ struct Args {
     #[arg(long)]
     daemon: PathBuf,
     /// The workload file.
-    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/seed.toml"))]
+    #[arg(long, default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/seed.toml"), conflicts_with = "suite")]
     workload: PathBuf,
+    /// Runs every workload `drill/workloads/suite.toml` names (or this suite
+    /// file), each in every mode, and writes one summary over them.
+    #[arg(long, num_args = 0..=1, default_missing_value = concat!(env!("CARGO_MANIFEST_DIR"), "/workloads/suite.toml"))]
+    suite: Option<PathBuf>,
     /// Modes to run, in order.
-    #[arg(long, value_delimiter = ',', default_value = "off,observe,enforce,static")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "off,observe,enforce,static,queue-cap,queue-timeout,saturation"
+    )]
     modes: Vec<Mode>,
     /// Seed of the job plan: the same seed gives every mode the same jobs.
     #[arg(long, default_value_t = 1)]
@@ -88,22 +107,16 @@ fn drill(args: &Args) -> anyhow::Result<()> {
         bail!("no daemon binary at {} (run `cargo xtask drill`)", args.daemon.display());
     }
     if args.modes.is_empty() {
-        bail!("--modes: name at least one of off, observe, enforce, static");
+        bail!("--modes: name at least one of {}", Mode::ALL.map(Mode::name).join(", "));
     }
     shedder_drill::workload::check_time_scale(args.time_scale).context("--time-scale")?;
-    let workload = Workload::load(&args.workload)?;
-    let retry = match args.retry {
-        Some(retry) => retry,
-        None => RetryMode::parse(&workload.client.retry)?,
+    let entries = match &args.suite {
+        Some(path) => SuiteFile::load(path)?.into_iter().map(|(e, w)| (Some(e.name), w)).collect(),
+        None => vec![(None, Workload::load(&args.workload)?)],
     };
     // Every job in flight holds a socket on each side.
     let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
     setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
-
-    let runs_dir = args.out.join("runs");
-    std::fs::create_dir_all(&runs_dir).with_context(|| format!("creating {}", runs_dir.display()))?;
-    let setup =
-        Setup { workload, time_scale: args.time_scale, seed: args.seed, retry, daemon: args.daemon.clone(), runs_dir };
 
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
     let (stop_tx, stop) = watch::channel(false);
@@ -119,26 +132,62 @@ fn drill(args: &Args) -> anyhow::Result<()> {
         let _ = stop_tx.send(true);
     });
 
+    let started = std::time::Instant::now();
+    let mut rows = Vec::new();
+    for (name, workload) in entries {
+        let out = name.as_ref().map_or(args.out.clone(), |n| args.out.join(n));
+        let label = name.clone().unwrap_or_else(|| args.workload.display().to_string());
+        let report = run_workload(&rt, &stop, args, &label, workload, &out)?;
+        if let Some(name) = name {
+            rows.extend(suite::rows(&name, &report));
+        }
+    }
+    if args.suite.is_some() {
+        let (json, svg) = (args.out.join("suite.json"), args.out.join("suite.svg"));
+        suite::write_json(&rows, &json)?;
+        suite::write_svg(&rows, &svg)?;
+        println!("\n{}", suite::table(&rows));
+        println!("suite: {} in {:.0} s\nplot:  {}", json.display(), started.elapsed().as_secs_f64(), svg.display());
+    }
+    Ok(())
+}
+
+/// Every mode of one workload; its records, report and plot go to `out`.
+fn run_workload(
+    rt: &tokio::runtime::Runtime,
+    stop: &watch::Receiver<bool>,
+    args: &Args,
+    label: &str,
+    workload: Workload,
+    out: &std::path::Path,
+) -> anyhow::Result<DrillReport> {
+    let retry = match args.retry {
+        Some(retry) => retry,
+        None => RetryMode::parse(&workload.client.retry)?,
+    };
+    let runs_dir = out.join("runs");
+    std::fs::create_dir_all(&runs_dir).with_context(|| format!("creating {}", runs_dir.display()))?;
+    let setup =
+        Setup { workload, time_scale: args.time_scale, seed: args.seed, retry, daemon: args.daemon.clone(), runs_dir };
     println!(
-        "shedder drill: {} at time scale {} (seed {}), modes {}",
-        args.workload.display(),
+        "shedder drill: {label} at time scale {} (seed {}), modes {}",
         args.time_scale,
         args.seed,
         args.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(",")
     );
     let mut records = Vec::new();
     for &mode in &args.modes {
-        let record = run_mode(&rt, mode, &setup, &stop)?;
+        let record = run_mode(rt, mode, &setup, stop)?;
         let path = record_path(&setup.runs_dir, mode);
         std::fs::write(&path, serde_json::to_vec(&record)?).with_context(|| format!("writing {}", path.display()))?;
         records.push(record);
     }
 
     let report = DrillReport::build(&setup.workload, args.seed, args.time_scale, &records);
-    let (json, svg) = (args.out.join("report.json"), args.out.join("drill.svg"));
+    let (json, svg) = (out.join("report.json"), out.join("drill.svg"));
     report.write_json(&json)?;
     report.write_svg(&svg)?;
     println!("\n{}", report.summary_table());
     println!("report: {}\nplot:   {}", json.display(), svg.display());
-    Ok(())
+    Ok(report)
 }

@@ -26,10 +26,11 @@ use crate::{
     daemon_config::{DaemonMode, daemon_config},
     loadgen::run_load,
     nft,
+    peer::Peer,
     progress::{Progress, Tally},
     retry::{RetryMode, RetryPolicy},
     run_context::RunContext,
-    timeline,
+    tenants, timeline,
     workers::Admission,
 };
 
@@ -43,15 +44,37 @@ pub enum Mode {
     Enforce,
     /// No shedder: an nftables `limit rate … reject` rule per class.
     Static,
+    /// No shedder: the backend answers 503 while its queue is full.
+    QueueCap,
+    /// No shedder: the backend answers 503 to a job that waited too long.
+    QueueTimeout,
+    /// No shedder: the inference gateway's saturation detector sheds sheddable requests.
+    Saturation,
 }
 
 impl Mode {
+    pub const ALL: [Mode; 7] =
+        [Mode::Off, Mode::Observe, Mode::Enforce, Mode::Static, Mode::QueueCap, Mode::QueueTimeout, Mode::Saturation];
+
     pub fn name(self) -> &'static str {
         match self {
             Self::Off => "off",
             Self::Observe => "observe",
             Self::Enforce => "enforce",
             Self::Static => "static",
+            Self::QueueCap => "queue-cap",
+            Self::QueueTimeout => "queue-timeout",
+            Self::Saturation => "saturation",
+        }
+    }
+
+    /// The backend's own policy in this mode.
+    fn peer(self, workers: u32) -> Peer {
+        match self {
+            Self::QueueCap => Peer::QueueCap { max_queued: workers as usize },
+            Self::QueueTimeout => Peer::QueueTimeout,
+            Self::Saturation => Peer::Saturation,
+            Self::Off | Self::Observe | Self::Enforce | Self::Static => Peer::None,
         }
     }
 }
@@ -74,6 +97,7 @@ pub fn run_mode(rt: &Runtime, mode: Mode, setup: &Setup, stop: &watch::Receiver<
     let scaled = setup.workload.scaled(setup.time_scale);
 
     let testbed = Testbed::new().context("creating the client and server namespaces")?;
+    tenants::add_addresses(&testbed, scaled.tenants().count())?;
     let listeners = scaled
         .classes
         .iter()
@@ -83,7 +107,7 @@ pub fn run_mode(rt: &Runtime, mode: Mode, setup: &Setup, stop: &watch::Receiver<
     let mut static_rates = Vec::new();
     let (mut _client_pass, mut daemon) = (None, None);
     match mode {
-        Mode::Off => {}
+        Mode::Off | Mode::QueueCap | Mode::QueueTimeout | Mode::Saturation => {}
         Mode::Static => {
             static_rates = scaled.classes.iter().map(|c| c.static_rate).collect();
             let limits: Vec<(u16, u32)> =
@@ -110,7 +134,7 @@ pub fn run_mode(rt: &Runtime, mode: Mode, setup: &Setup, stop: &watch::Receiver<
 
     let ctx = Arc::new(RunContext::new(&setup.workload, setup.time_scale, setup.seed, LEAD));
     let _runtime = rt.enter();
-    let backend = Backend::start(ctx.clone(), listeners, admission)?;
+    let backend = Backend::start(ctx.clone(), listeners, admission, mode.peer(scaled.worker_count))?;
     let mut tasks = JoinSet::new();
     let timeline = match &daemon {
         Some(d) => timeline::start(&mut tasks, ctx.clone(), d.socket.clone()),

@@ -23,7 +23,11 @@ impl Tally {
         let counter = match outcome {
             Outcome::OnTime => &self.on_time,
             Outcome::Late | Outcome::Unfinished => &self.late,
-            Outcome::Rejected | Outcome::DeferredTimedOut | Outcome::Degraded | Outcome::RejectedDeadline => &self.shed,
+            Outcome::Rejected
+            | Outcome::DeferredTimedOut
+            | Outcome::Degraded
+            | Outcome::RejectedDeadline
+            | Outcome::Overloaded => &self.shed,
             Outcome::Failed => &self.failed,
         };
         counter.fetch_add(1, Ordering::Relaxed);

@@ -28,7 +28,9 @@ pub struct RetryPolicy {
     budget: Mutex<Budget>,
 }
 
-struct Budget {
+/// Extra attempts (retries, or hedges) allowed as a share of first attempts
+/// over a sliding window.
+pub struct Budget {
     ratio: f64,
     window_ms: f64,
     firsts: VecDeque<f64>,
@@ -38,13 +40,12 @@ struct Budget {
 impl RetryPolicy {
     /// `window_ms`: one of the workload's seconds on the run's clock.
     pub fn new(mode: RetryMode, max_attempts: u32, backoff_base: Duration, retry_budget: f64, window_ms: f64) -> Self {
-        let budget = Budget { ratio: retry_budget, window_ms, firsts: VecDeque::new(), retries: VecDeque::new() };
-        Self { mode, max_attempts, backoff_base, budget: Mutex::new(budget) }
+        Self { mode, max_attempts, backoff_base, budget: Mutex::new(Budget::new(retry_budget, window_ms)) }
     }
 
     /// Counts a job's first attempt, which earns the budget its share.
     pub fn first_attempt(&self, now_ms: f64) {
-        self.budget.lock().unwrap().firsts.push_back(now_ms);
+        self.budget.lock().unwrap().first(now_ms);
     }
 
     /// How long to wait before attempt `attempt + 1`, or None when the job
@@ -69,7 +70,17 @@ impl RetryPolicy {
 }
 
 impl Budget {
-    fn take(&mut self, now_ms: f64) -> bool {
+    pub fn new(ratio: f64, window_ms: f64) -> Self {
+        Self { ratio, window_ms, firsts: VecDeque::new(), retries: VecDeque::new() }
+    }
+
+    /// Counts a first attempt, which earns the budget its share.
+    pub fn first(&mut self, now_ms: f64) {
+        self.firsts.push_back(now_ms);
+    }
+
+    /// Takes one extra attempt if the budget allows it.
+    pub fn take(&mut self, now_ms: f64) -> bool {
         let since = now_ms - self.window_ms;
         for times in [&mut self.firsts, &mut self.retries] {
             while times.front().is_some_and(|t| *t < since) {

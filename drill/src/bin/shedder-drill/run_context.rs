@@ -17,6 +17,8 @@ pub struct RunContext {
     pub plan: Vec<PlannedJob>,
     /// Time 0 of the run: the plan's arrivals count from here.
     pub t0: Instant,
+    /// How many tenants the classes before each class have.
+    tenants_before: Vec<usize>,
 }
 
 impl RunContext {
@@ -24,7 +26,21 @@ impl RunContext {
     pub fn new(workload: &Workload, time_scale: f64, seed: u64, lead: Duration) -> Self {
         let scaled = workload.scaled(time_scale);
         let plan = plan_jobs(&scaled, seed);
-        Self { scaled, time_scale, plan, t0: Instant::now() + lead }
+        let tenants_before = scaled
+            .classes
+            .iter()
+            .scan(0, |before, class| {
+                let this = *before;
+                *before += class.tenants.len();
+                Some(this)
+            })
+            .collect();
+        Self { scaled, time_scale, plan, t0: Instant::now() + lead, tenants_before }
+    }
+
+    /// A tenant's number across all classes (see [`crate::tenants`]).
+    pub fn tenant_number(&self, class: usize, tenant: usize) -> usize {
+        self.tenants_before[class] + tenant
     }
 
     /// Milliseconds since time 0 (negative before it).

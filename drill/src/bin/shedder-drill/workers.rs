@@ -1,10 +1,12 @@
 //! The backend's W worker slots, taking jobs from one FIFO queue.
 //!
-//! When a worker is about to start a job it computes the job's slack (time
-//! left to its deadline minus the backend's own recent service p95 for the
-//! class) and, with a daemon, asks its `admit` op: in `enforce` a
-//! `reject_deadline` answer is a 503 without doing the work; in `observe`
-//! the answer is only recorded. A served job sleeps its planned service
+//! When a worker takes a job off the queue, a `queue-timeout` peer answers
+//! 503 if it waited too long. Otherwise the worker computes the job's slack
+//! (time left to its deadline minus the backend's own recent service p95 for
+//! the class) and, with a daemon, asks its `admit` op: in `enforce` a
+//! `reject_deadline` answer is refused, with the status the daemon chose
+//! (503 unless it says otherwise) and its Retry-After, without doing the
+//! work; in `observe` the answer is only recorded. A served job sleeps its planned service
 //! time, and its queue age and service time go to the daemon as a sample.
 
 use std::{
@@ -21,7 +23,12 @@ use tokio::{
 };
 
 use crate::{
-    backend::QueuedJob, control::ControlClient, http::Response, run_context::RunContext, samples::SamplePusher,
+    backend::QueuedJob,
+    control::ControlClient,
+    http::Response,
+    peer::{Load, Peer},
+    run_context::RunContext,
+    samples::SamplePusher,
 };
 
 /// What the backend asks of the daemon before starting a job.
@@ -50,6 +57,8 @@ pub fn start(
     ctx: Arc<RunContext>,
     queue: mpsc::UnboundedReceiver<QueuedJob>,
     admission: Admission,
+    peer: Peer,
+    load: Arc<Load>,
 ) {
     let queue = Arc::new(AsyncMutex::new(queue));
     let recent = Arc::new(RecentService::new(&ctx));
@@ -62,6 +71,8 @@ pub fn start(
             admit: admission.socket().map(|s| ControlClient::new(s)),
             enforce: matches!(admission, Admission::Enforce(_)),
             pusher: pusher.clone(),
+            peer,
+            load: load.clone(),
         };
         tasks.spawn(worker.run());
     }
@@ -74,13 +85,17 @@ struct Worker {
     admit: Option<ControlClient>,
     enforce: bool,
     pusher: Option<SamplePusher>,
+    peer: Peer,
+    load: Arc<Load>,
 }
 
 impl Worker {
     async fn run(mut self) {
         loop {
             let Some(job) = self.queue.lock().await.recv().await else { return };
+            self.load.taken();
             let response = self.work(&job).await;
+            self.load.done();
             let _ = job.reply.send(response);
         }
     }
@@ -99,14 +114,20 @@ impl Worker {
                 .header("X-Drill-Slack-Ms", format!("{slack_ms:.3}"))
         };
 
+        if let Some(reason) = self.peer.on_dequeue(queue_age_ms, class.deadline_ms) {
+            return figures(Response::new(503)).header("X-Drill-Reason", reason);
+        }
         if let Some(verdict) = self.ask_admit(&class.name, deadline_ms, start_ms, queue_age_ms).await {
             let rejected = verdict["verdict"] == "reject_deadline";
             if rejected && self.enforce {
                 let retry_after_ms = verdict["retry_after_ms"].as_f64().unwrap_or(1000.0 * ctx.time_scale);
                 // Retry-After is in the workload's seconds (see `http`).
                 let retry_after_s = (retry_after_ms / ctx.time_scale / 1000.0).ceil().max(1.0);
-                return figures(Response::new(503))
+                let status = verdict["status"].as_u64().and_then(|s| u16::try_from(s).ok()).unwrap_or(503);
+                let detail = verdict["reason"].as_str().unwrap_or("no capacity").to_string();
+                return figures(Response::new(status))
                     .header("X-Drill-Reason", "reject_deadline")
+                    .header("X-Drill-Detail", detail)
                     .header("Retry-After", retry_after_s);
             }
         }
