@@ -31,7 +31,7 @@ pub fn table(report: &DrillReport) -> String {
     let _ = writeln!(out, "{}\n", bounds("clairvoyant oracle", &|p| report.bounds.phase(p).oracle_total as f64));
     let _ = writeln!(
         out,
-        "{:<width$} {:<9} {:>7} {:>7} {:>9} {:>7} {:>6} {:>6} {:>8} {:>6} {:>8} {:>8} {:>10} {:>10}",
+        "{:<width$} {:<9} {:>7} {:>7} {:>9} {:>7} {:>6} {:>6} {:>8} {:>6} {:>8} {:>8} {:>8} {:>10} {:>10}",
         "mode",
         "phase",
         "offered",
@@ -42,6 +42,7 @@ pub fn table(report: &DrillReport) -> String {
         "unfin",
         "rejected",
         "503-dl",
+        "503-peer",
         "deferred",
         "degraded",
         "p95 lat ms",
@@ -90,7 +91,7 @@ fn row(mode: &str, width: usize, phase: Phase, f: &PhaseFigures) -> String {
     let percent = |share: Option<f64>| share.map_or("-".into(), |s| format!("{:.1}", s * 100.0));
     let optional_ms = |value: Option<f64>| value.map_or("-".into(), |v| format!("{v:.0}"));
     format!(
-        "{:<width$} {:<9} {:>7} {:>7} {:>9.2} {:>7.0} {:>6} {:>6} {:>8} {:>6} {:>8} {:>8} {:>10} {:>10}",
+        "{:<width$} {:<9} {:>7} {:>7} {:>9.2} {:>7.0} {:>6} {:>6} {:>8} {:>6} {:>8} {:>8} {:>8} {:>10} {:>10}",
         mode,
         phase.name(),
         f.offered,
@@ -101,6 +102,7 @@ fn row(mode: &str, width: usize, phase: Phase, f: &PhaseFigures) -> String {
         f.unfinished,
         f.rejected,
         f.rejected_deadline,
+        f.overloaded,
         f.deferred_timed_out,
         f.degraded,
         optional_ms(f.latency.map(|l| l.p95_ms)),
