@@ -64,7 +64,23 @@ pub struct ModeReport {
     pub drained_after_removal_s: Option<f64>,
     /// For `static`: the configured rate per class, connections/s.
     pub static_rates_per_s: Vec<f64>,
+    /// Each tenant alone, over the whole run (none without tenants).
+    #[serde(default)]
+    pub tenants: Vec<TenantReport>,
     pub timeline: Vec<TimeBin>,
+}
+
+/// What one tenant's jobs came to over the whole run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TenantReport {
+    pub class: String,
+    pub tenant: String,
+    pub offered: u64,
+    pub completed_on_time: u64,
+    /// Completed late or unfinished.
+    pub late: u64,
+    /// Turned away on the last attempt (refused, deferred, 503).
+    pub shed: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -154,6 +170,7 @@ impl ModeReport {
                 phases: per_phase(&[i], &|b| PhaseBound { blind: b.blind[i], oracle: b.oracle[i] as f64 }),
             })
             .collect();
+        let tenants = tenant_reports(workload, &run.jobs);
         let timeline = timeline::bin_run(run, bins);
         let injected_s = phases.injected_from_ms / 1000.0;
         let removed_s = phases.recovered_from_ms / 1000.0;
@@ -166,9 +183,31 @@ impl ModeReport {
             phases: totals,
             classes,
             static_rates_per_s: run.static_rates.clone(),
+            tenants,
             timeline,
         }
     }
+}
+
+fn tenant_reports(workload: &Workload, jobs: &[JobRecord]) -> Vec<TenantReport> {
+    workload
+        .classes
+        .iter()
+        .enumerate()
+        .flat_map(|(c, class)| class.tenants.iter().enumerate().map(move |(t, tenant)| (c, class, t, tenant)))
+        .map(|(c, class, t, tenant)| {
+            let own: Vec<&JobRecord> = jobs.iter().filter(|j| j.class == c && j.tenant == Some(t)).collect();
+            let figures = PhaseFigures::of(&own, 1.0, PhaseBound { blind: 0.0, oracle: 0.0 }, None);
+            TenantReport {
+                class: class.name.clone(),
+                tenant: tenant.name.clone(),
+                offered: figures.offered,
+                completed_on_time: figures.completed_on_time,
+                late: figures.late + figures.unfinished,
+                shed: figures.shed,
+            }
+        })
+        .collect()
 }
 
 /// The queue has drained when a second's queue_age_p95 is back under twice

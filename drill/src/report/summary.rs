@@ -66,6 +66,30 @@ pub fn table(report: &DrillReport) -> String {
             }
         }
     }
+    let tenants: Vec<String> = report
+        .modes
+        .iter()
+        .flat_map(|mode| mode.tenants.iter().map(move |t| (mode, t)))
+        .map(|(mode, t)| {
+            format!(
+                "{}/{}/{}: {} on time of {} offered ({:.0}%), {} late, {} shed",
+                mode.mode,
+                t.class,
+                t.tenant,
+                t.completed_on_time,
+                t.offered,
+                super::share(t.completed_on_time as f64, t.offered as f64) * 100.0,
+                t.late,
+                t.shed
+            )
+        })
+        .collect();
+    if !tenants.is_empty() {
+        out.push_str("\ntenants, over the whole run:\n");
+        for line in tenants {
+            let _ = writeln!(out, "  {line}");
+        }
+    }
     out.push('\n');
     for mode in &report.modes {
         let _ = writeln!(out, "{}", timings(mode, width));

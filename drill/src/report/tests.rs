@@ -365,3 +365,42 @@ fn the_svg_has_every_panel_phase_and_mode() {
     assert!(svg.matches("<polyline").count() >= 4 * 5, "a line per mode and panel");
     std::fs::remove_file(path).unwrap();
 }
+
+#[test]
+fn each_tenant_is_counted_on_its_own() {
+    let text = WORKLOAD.replace(
+        "arrival_rate = 10",
+        "tenant = [{ name = \"quiet\", arrival_rate = 2 }, { name = \"noisy\", arrival_rate = 8 }]",
+    );
+    let w = Workload::from_toml_str(&text).unwrap();
+    let job = |tenant: usize, outcome: Outcome| JobRecord {
+        class: 0,
+        arrival_ms: 0.0,
+        finished_ms: 100.0,
+        outcome,
+        attempts: 1,
+        queue_age_ms: None,
+        service_ms: None,
+        slack_at_start_ms: None,
+        injected: false,
+        tenant: Some(tenant),
+        hedged: false,
+    };
+    let jobs = vec![
+        job(0, Outcome::OnTime),
+        job(0, Outcome::OnTime),
+        job(1, Outcome::OnTime),
+        job(1, Outcome::Rejected),
+        job(1, Outcome::Late),
+        job(1, Outcome::Unfinished),
+    ];
+    let run = RunRecord { mode: "off".into(), jobs, timeline: Vec::new(), static_rates: Vec::new() };
+    let report = DrillReport::build(&w, 1, 1.0, &[run]);
+    let tenants: Vec<_> = report.modes[0]
+        .tenants
+        .iter()
+        .map(|t| (t.tenant.as_str(), t.offered, t.completed_on_time, t.late, t.shed))
+        .collect();
+    assert_eq!(tenants, [("quiet", 2, 2, 0, 0), ("noisy", 4, 1, 2, 1)]);
+    assert!(report.summary_table().contains("off/api/noisy: 1 on time of 4 offered (25%), 2 late, 1 shed"));
+}
