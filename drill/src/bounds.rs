@@ -199,6 +199,11 @@ mod tests {
         PlannedJob { id: 0, class, tenant: None, arrival_ms: 0.0, service_ms, injected: false }
     }
 
+    /// `count` jobs of `service_ms` for each (class, count, service_ms).
+    fn jobs_of(groups: &[(usize, usize, f64)]) -> Vec<PlannedJob> {
+        groups.iter().flat_map(|&(class, count, ms)| (0..count).map(move |_| job(class, ms))).collect()
+    }
+
     fn bounds(classes: &[ClassTerms], jobs: &[PlannedJob], worker_seconds: f64) -> PhaseBounds {
         let refs: Vec<&PlannedJob> = jobs.iter().collect();
         phase_bounds(classes, &refs, worker_seconds)
@@ -216,7 +221,7 @@ mod tests {
     fn a_job_longer_than_its_deadline_never_counts_but_its_work_does() {
         // One class, deadline 1 s: jobs of 0.5, 0.5, 3 s (work 4 s, 2 can finish).
         let classes = [class(1000.0, Tier::Standard)];
-        let jobs = [job(0, 500.0), job(0, 500.0), job(0, 3000.0)];
+        let jobs = jobs_of(&[(0, 2, 500.0), (0, 1, 3000.0)]);
         // Plenty of time: everything that can finish does.
         let b = bounds(&classes, &jobs, 100.0);
         assert_eq!((b.offered.clone(), b.can_finish.clone()), (vec![3], vec![2]));
@@ -234,8 +239,7 @@ mod tests {
         // fast: 10 jobs of 100 ms (10 per worker-second, 1 s of work);
         // slow: 4 jobs of 1 s, deadline 5 s (1 per worker-second, 4 s of work).
         let classes = [class(5000.0, Tier::Standard), class(1000.0, Tier::Standard)];
-        let mut jobs: Vec<PlannedJob> = (0..4).map(|_| job(0, 1000.0)).collect();
-        jobs.extend((0..10).map(|_| job(1, 100.0)));
+        let jobs = jobs_of(&[(0, 4, 1000.0), (1, 10, 100.0)]);
         // 3 worker-seconds: 1 s to fast (10 jobs), 2 s to slow (2 jobs).
         let b = bounds(&classes, &jobs, 3.0);
         assert!(close(b.blind[1], 10.0) && close(b.blind[0], 2.0), "{b:?}");
@@ -248,8 +252,7 @@ mod tests {
     fn the_critical_tier_served_first_takes_its_work_before_any_other() {
         // critical: 4 jobs of 1 s (deadline 2 s); sheddable: 10 jobs of 100 ms.
         let classes = [class(2000.0, Tier::Critical), class(1000.0, Tier::Sheddable)];
-        let mut jobs: Vec<PlannedJob> = (0..4).map(|_| job(0, 1000.0)).collect();
-        jobs.extend((0..10).map(|_| job(1, 100.0)));
+        let jobs = jobs_of(&[(0, 4, 1000.0), (1, 10, 100.0)]);
         // 3 worker-seconds. By efficiency: sheddable 1 s (10), critical 2 s (2) = 12;
         // critical first: critical 3 s (3), sheddable nothing.
         let b = bounds(&classes, &jobs, 3.0);
@@ -264,8 +267,7 @@ mod tests {
     fn the_oracle_beats_the_blind_bound_when_sizes_differ_within_a_class() {
         // One class, deadline 10 s: 5 jobs of 100 ms and 5 of 1900 ms (10 s of work).
         let classes = [class(10_000.0, Tier::Standard)];
-        let mut jobs: Vec<PlannedJob> = (0..5).map(|_| job(0, 100.0)).collect();
-        jobs.extend((0..5).map(|_| job(0, 1900.0)));
+        let jobs = jobs_of(&[(0, 5, 100.0), (0, 5, 1900.0)]);
         // 2.5 worker-seconds: blind 2.5 × 10 / 10 = 2.5 jobs; the oracle 5 × 0.1 + 1 × 1.9 = 2.4 s: 6 jobs.
         let b = bounds(&classes, &jobs, 2.5);
         assert!(close(b.blind_total, 2.5));

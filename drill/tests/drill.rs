@@ -7,32 +7,21 @@
 //! The daemon binary is the one cargo built beside the tests (`cargo xtask
 //! test` builds it first), or `$SHEDDER_BIN`.
 
+mod common;
+
 use std::path::Path;
-use std::process::Command;
 
 use shedder_drill::{phase::Phase, report::DrillReport};
-use shedder_tests::daemon_process::daemon_binary;
 
 #[test]
 fn enforce_finishes_more_on_time_than_off_under_the_tail_and_observe_sheds_nothing() {
     let out = std::env::temp_dir().join(format!("shedder-drill-test-{}", std::process::id()));
     let workload = Path::new(env!("CARGO_MANIFEST_DIR")).join("workloads/ci-short.toml");
-    let run = Command::new(env!("CARGO_BIN_EXE_shedder-drill"))
-        .arg("--daemon")
-        .arg(daemon_binary())
-        .arg("--workload")
-        .arg(&workload)
-        .args(["--modes", "off,observe,enforce", "--time-scale", "0.2", "--seed", "7", "--out"])
-        .arg(&out)
-        .output()
-        .expect("running shedder-drill");
-    assert!(
-        run.status.success(),
-        "shedder-drill failed ({}):\n{}{}",
-        run.status,
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
+    let modes = ["--modes", "off,observe,enforce", "--time-scale", "0.2", "--seed", "7"];
+    let mut args: Vec<std::ffi::OsString> = vec!["--workload".into(), workload.into()];
+    args.extend(modes.iter().map(Into::into));
+    args.extend(["--out".into(), out.clone().into()]);
+    common::run_drill(args);
 
     let report = DrillReport::read_json(&out.join("report.json")).expect("the drill's report");
     let injected =

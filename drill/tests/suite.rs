@@ -6,8 +6,9 @@
 //! every count of the report and of the suite summary is recounted from
 //! `runs/<mode>.json`, and the bounds from the job plan.
 
+mod common;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use shedder_drill::{
     bounds::Bounds,
@@ -18,7 +19,6 @@ use shedder_drill::{
     suite::{self, SuiteRow},
     workload::{Tier, Workload},
 };
-use shedder_tests::daemon_process::daemon_binary;
 
 const MODES: [&str; 3] = ["off", "enforce", "saturation"];
 const SEED: u64 = 3;
@@ -43,23 +43,18 @@ fn the_suite_figures_agree_with_the_raw_records() {
     let suite_text = format!("[[run]]\nname = \"two-tiers\"\nworkload = {:?}\n", workload_path.display().to_string());
     std::fs::write(&suite_path, suite_text).unwrap();
 
-    let run = Command::new(env!("CARGO_BIN_EXE_shedder-drill"))
-        .arg("--daemon")
-        .arg(daemon_binary())
-        .arg("--suite")
-        .arg(&suite_path)
-        .args(["--modes", &MODES.join(","), "--time-scale", &K.to_string(), "--seed", &SEED.to_string(), "--out"])
-        .arg(&out)
-        .output()
-        .expect("running shedder-drill");
-    assert!(
-        run.status.success(),
-        "shedder-drill failed ({}):\n{}{}",
-        run.status,
-        String::from_utf8_lossy(&run.stdout),
-        String::from_utf8_lossy(&run.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&run.stdout);
+    let stdout = common::run_drill([
+        "--suite".as_ref(),
+        suite_path.as_os_str(),
+        "--modes".as_ref(),
+        MODES.join(",").as_ref(),
+        "--time-scale".as_ref(),
+        K.to_string().as_ref(),
+        "--seed".as_ref(),
+        SEED.to_string().as_ref(),
+        "--out".as_ref(),
+        out.as_os_str(),
+    ]);
     assert!(stdout.contains("% oracle") && stdout.contains("two-tiers"), "no summary table:\n{stdout}");
 
     let workload = Workload::load(&workload_path).unwrap();
