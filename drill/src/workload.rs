@@ -13,6 +13,9 @@ use serde::{Deserialize, Serialize};
 pub const ACTIONS: [&str; 3] = ["drop", "reject", "mark"];
 /// How clients retry: jittered exponential backoff, or at once (the herd).
 pub const RETRY_POLICIES: [&str; 2] = ["backoff", "immediate"];
+/// The DSCP codepoint shedder's `mark` action writes in the drill (CS1,
+/// "lower effort"); a hedge may not use it.
+pub const MARK_DSCP: u8 = 8;
 /// Tenants get source addresses `10.213.0.<FIRST_TENANT_HOST + i>` in the
 /// client namespace; the /24 leaves room for this many.
 pub const MAX_TENANTS: usize = 200;
@@ -510,6 +513,9 @@ impl Hedge {
         if !(1..=63).contains(&self.dscp) {
             bail!("{at}.dscp: {} is not a DSCP codepoint from 1 to 63", self.dscp);
         }
+        if self.dscp == MARK_DSCP {
+            bail!("{at}.dscp: {MARK_DSCP} is the codepoint of shedder's mark in the drill");
+        }
         non_negative(&format!("{at}.budget"), self.budget)
     }
 }
@@ -793,6 +799,11 @@ static_rate = 4
                 "port = 8000",
                 "port = 8000\nhedge = { after_ms = 400, dscp = 10, budget = -1 }",
                 "class[0].hedge.budget: -1 must not be negative",
+            ),
+            (
+                "port = 8000",
+                "port = 8000\nhedge = { after_ms = 400, dscp = 8, budget = 0.1 }",
+                "class[0].hedge.dscp: 8 is the codepoint of shedder's mark in the drill",
             ),
             ("", "frontend = { cost_ms = 0, threads = 2 }", "frontend.cost_ms: 0 must be positive"),
             ("", "frontend = { cost_ms = 1, threads = 0 }", "frontend.threads: must be at least 1"),

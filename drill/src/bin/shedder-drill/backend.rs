@@ -3,9 +3,9 @@
 //! queue for all classes, and W worker slots ([`crate::workers`]).
 //!
 //! It honours marks, and nothing else of shedder's: a connection whose SYN
-//! arrived with a DSCP mark (read back with `TCP_SAVED_SYN`) is answered 503
-//! with a jittered `Retry-After` at once, without queueing; the class's
-//! hedge codepoint is no mark. Every request that reaches it pays the
+//! arrived with shedder's mark ([`MARK_DSCP`], read back with
+//! `TCP_SAVED_SYN`) is answered 503 with a jittered `Retry-After` at once,
+//! without queueing; a hedge's codepoint is no mark. Every request that reaches it pays the
 //! frontend's cost first ([`crate::frontend`]), and a peer mode may refuse
 //! it on arrival ([`crate::peer`]).
 
@@ -13,6 +13,7 @@ use std::{net::TcpListener, sync::Arc, time::Duration};
 
 use anyhow::Context as _;
 use rand::RngExt as _;
+use shedder_drill::workload::MARK_DSCP;
 use shedder_tests::saved_syn::{dscp_of, saved_syn};
 use tokio::{
     io::AsyncWriteExt as _,
@@ -105,9 +106,7 @@ impl Server {
         if let Some(frontend) = &self.frontend {
             frontend.pay().await;
         }
-        let hedge_dscp = class.hedge.as_ref().map(|h| h.dscp);
-        let marked = dscp != 0 && Some(dscp) != hedge_dscp;
-        let response = if marked {
+        let response = if dscp == MARK_DSCP {
             // One to three of the workload's seconds, so marked clients do not come back together.
             Response::new(503)
                 .header("X-Drill-Reason", "degraded")

@@ -9,11 +9,13 @@
 //! * `min_rate` = 5% of the mean offered rate: a cut never closes a class;
 //! * `burst` = 0.2 s of the mean offered rate (at least 2): Poisson arrivals pass
 //!   an unused budget, while a freshly cut budget lets little through at once;
-//! * `prior`: no queue, and the workload's service p95.
+//! * `prior`: no queue, and the workload's service p95;
+//! * `mark_dscp` (for `action = "mark"`): [`MARK_DSCP`], which the backend
+//!   answers with 503 and which no hedge may use.
 
 use anyhow::Context as _;
 use shedder_daemon::config::Config;
-use shedder_drill::workload::Workload;
+use shedder_drill::workload::{MARK_DSCP, Workload};
 use toml::{Table, Value};
 
 /// Which global mode the daemon runs in.
@@ -52,7 +54,7 @@ pub fn daemon_config(scaled: &Workload, mode: DaemonMode, k: f64) -> anyhow::Res
     for class in &scaled.classes {
         let offered = class.mean_arrival_rate(scaled.duration_seconds);
         let peak: f64 = class.sources().iter().map(|s| s.peak_rate()).sum();
-        classes.push(table([
+        let mut spec = table([
             ("name", class.name.clone().into()),
             ("burst", (offered * 0.2).max(2.0).round().into()),
             ("action", class.action.clone().into()),
@@ -63,7 +65,11 @@ pub fn daemon_config(scaled: &Workload, mode: DaemonMode, k: f64) -> anyhow::Res
                 "prior",
                 table([("queue_age_p95_ms", 0.0.into()), ("service_p95_ms", class.service_time.p95_ms.into())]).into(),
             ),
-        ]));
+        ]);
+        if class.action == "mark" {
+            spec.insert("mark_dscp".into(), i64::from(MARK_DSCP).into());
+        }
+        classes.push(spec);
         rules.push(table([("class", class.name.clone().into()), ("dst_port", i64::from(class.port).into())]));
     }
     root.insert("class".into(), Value::Array(classes.into_iter().map(Value::Table).collect()));
@@ -114,5 +120,14 @@ mod tests {
             assert_eq!(class.adaptive.as_ref().unwrap().max_rate, 60.0 / k);
             assert_eq!(config.control.tick_ms, (100.0 * k).round() as u64);
         }
+    }
+
+    #[test]
+    fn a_marking_class_gets_the_drill_mark_codepoint() {
+        let text = include_str!("../../../workloads/seed.toml").replace("action = \"reject\"", "action = \"mark\"");
+        let workload = Workload::from_toml_str(&text).unwrap();
+        let config = Config::parse(&daemon_config(&workload, DaemonMode::Enforce, 1.0).unwrap()).unwrap();
+        let class = config.classes.iter().find(|c| c.name == "interactive").unwrap();
+        assert_eq!(class.mark_dscp, Some(MARK_DSCP));
     }
 }
