@@ -10,6 +10,10 @@
 //! * `burst` = 0.2 s of the mean offered rate (at least 2): Poisson arrivals pass
 //!   an unused budget, while a freshly cut budget lets little through at once;
 //! * `prior`: no queue, and the workload's service p95;
+//! * no `safety_ms`: the daemon derives each class's margin from its
+//!   measured spread;
+//! * the class's `tier` and `weight`, and `[backend] workers` = W: the
+//!   controller's capacity until it has measured the backend;
 //! * `mark_dscp` (for `action = "mark"`): [`MARK_DSCP`], which the backend
 //!   answers with 503 and which no hedge may use.
 
@@ -58,8 +62,9 @@ pub fn daemon_config(scaled: &Workload, mode: DaemonMode, k: f64) -> anyhow::Res
             ("name", class.name.clone().into()),
             ("burst", (offered * 0.2).max(2.0).round().into()),
             ("action", class.action.clone().into()),
+            ("tier", class.tier.name().into()),
+            ("weight", class.weight.into()),
             ("deadline_ms", class.deadline_ms.into()),
-            ("safety_ms", (250.0 * k).into()),
             ("adaptive", table([("min_rate", (offered * 0.05).into()), ("max_rate", (peak * 2.0).into())]).into()),
             (
                 "prior",
@@ -73,6 +78,8 @@ pub fn daemon_config(scaled: &Workload, mode: DaemonMode, k: f64) -> anyhow::Res
         rules.push(table([("class", class.name.clone().into()), ("dst_port", i64::from(class.port).into())]));
     }
     root.insert("class".into(), Value::Array(classes.into_iter().map(Value::Table).collect()));
+    // The controller's capacity until it has measured the backend.
+    root.insert("backend".into(), table([("workers", i64::from(scaled.worker_count).into())]).into());
     root.insert("rule".into(), Value::Array(rules.into_iter().map(Value::Table).collect()));
 
     // The estimator's window must be a whole number of ms per slice (10 slices).
@@ -119,7 +126,22 @@ mod tests {
             assert_eq!(class.deadline_ms, Some(3000.0 * k));
             assert_eq!(class.adaptive.as_ref().unwrap().max_rate, 60.0 / k);
             assert_eq!(config.control.tick_ms, (100.0 * k).round() as u64);
+            assert_eq!(config.backend.workers, Some(8));
         }
+    }
+
+    #[test]
+    fn tiers_and_weights_reach_the_daemon() {
+        let workload = Workload::from_toml_str(include_str!("../../../workloads/two-tiers.toml")).unwrap();
+        let config = Config::parse(&daemon_config(&workload, DaemonMode::Enforce, 0.25).unwrap()).unwrap();
+        let summary: Vec<(String, String, Option<f64>)> = config
+            .classes
+            .iter()
+            .filter(|c| c.name != DEFAULT_CLASS)
+            .map(|c| (c.name.clone(), format!("{:?}", c.tier).to_lowercase(), c.weight))
+            .collect();
+        let expected = [("interactive", "some(critical)", Some(2.0)), ("batch", "some(sheddable)", Some(1.0))];
+        assert_eq!(summary, expected.map(|(n, t, w)| (n.to_string(), t.to_string(), w)));
     }
 
     #[test]

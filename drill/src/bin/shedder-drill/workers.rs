@@ -117,7 +117,7 @@ impl Worker {
         if let Some(reason) = self.peer.on_dequeue(queue_age_ms, class.deadline_ms) {
             return figures(Response::new(503)).header("X-Drill-Reason", reason);
         }
-        if let Some(verdict) = self.ask_admit(&class.name, deadline_ms, start_ms, queue_age_ms).await {
+        if let Some(verdict) = self.ask_admit(job, &class.name, deadline_ms, start_ms, queue_age_ms).await {
             let rejected = verdict["verdict"] == "reject_deadline";
             if rejected && self.enforce {
                 let retry_after_ms = verdict["retry_after_ms"].as_f64().unwrap_or(1000.0 * ctx.time_scale);
@@ -151,7 +151,14 @@ impl Worker {
 
     /// The daemon's verdict, or None without a daemon or when it cannot
     /// answer (then the job starts: the backend fails open).
-    async fn ask_admit(&mut self, class: &str, deadline_ms: f64, now_ms: f64, queue_age_ms: f64) -> Option<Value> {
+    async fn ask_admit(
+        &mut self,
+        job: &QueuedJob,
+        class: &str,
+        deadline_ms: f64,
+        now_ms: f64,
+        queue_age_ms: f64,
+    ) -> Option<Value> {
         let k = self.ctx.time_scale;
         let request = json!({
             "op": "admit",
@@ -159,9 +166,10 @@ impl Worker {
             "deadline_ms": deadline_ms,
             "now_ms": now_ms,
             "queue_age_ms": queue_age_ms,
+            "attempt": job.attempt,
+            "hedge": job.hedge,
             // The daemon's defaults, at the run's time scale; nothing is ever stale.
             "policy": {
-                "safety_ms": 250.0 * k,
                 "max_queue_age_ms": 1e9,
                 "retry_after_min_ms": (1000.0 * k).round() as u64,
                 "retry_after_max_ms": (30_000.0 * k).round() as u64,
