@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::phase::{PerPhase, Phase, Phases};
 use crate::plan::PlannedJob;
-use crate::workload::{Tier, Workload};
+use crate::workload::{TIERS, Tier, Workload};
 
 /// A class as the bounds see it.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -160,7 +160,7 @@ pub fn shortest_first(services_ms: impl IntoIterator<Item = f64>, worker_seconds
 fn shortest_first_by_tier(classes: &[ClassTerms], candidates: &[(usize, f64)], worker_seconds: f64) -> Vec<u64> {
     let mut left_ms = worker_seconds * 1000.0;
     let mut taken = vec![0u64; classes.len()];
-    for tier in Tier::ALL {
+    for tier in TIERS {
         let mut jobs: Vec<&(usize, f64)> = candidates.iter().filter(|(c, _)| classes[*c].tier == tier).collect();
         jobs.sort_by(|a, b| a.1.total_cmp(&b.1));
         for &&(class, ms) in &jobs {

@@ -20,28 +20,12 @@ pub const MARK_DSCP: u8 = 8;
 /// client namespace; the /24 leaves room for this many.
 pub const MAX_TENANTS: usize = 200;
 
-/// Priority tiers, most important first: the Gateway API Inference
-/// Extension's criticalities. Bounds and peers serve them in this order.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Tier {
-    Critical,
-    #[default]
-    Standard,
-    Sheddable,
-}
+/// Priority tiers (`critical`, `standard`, `sheddable`): the Gateway API
+/// Inference Extension's criticalities, as the daemon names them.
+pub use shedder_daemon::control::Tier;
 
-impl Tier {
-    pub const ALL: [Tier; 3] = [Tier::Critical, Tier::Standard, Tier::Sheddable];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Tier::Critical => "critical",
-            Tier::Standard => "standard",
-            Tier::Sheddable => "sheddable",
-        }
-    }
-}
+/// The tiers, most important first: bounds serve them in this order.
+pub const TIERS: [Tier; 3] = [Tier::Critical, Tier::Standard, Tier::Sheddable];
 
 /// A declared workload. All durations in the file are at time scale 1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -62,7 +62,7 @@ pub fn daemon_config(scaled: &Workload, mode: DaemonMode, k: f64) -> anyhow::Res
             ("name", class.name.clone().into()),
             ("burst", (offered * 0.2).max(2.0).round().into()),
             ("action", class.action.clone().into()),
-            ("tier", class.tier.name().into()),
+            ("tier", class.tier.as_str().into()),
             ("weight", class.weight.into()),
             ("deadline_ms", class.deadline_ms.into()),
             ("adaptive", table([("min_rate", (offered * 0.05).into()), ("max_rate", (peak * 2.0).into())]).into()),
