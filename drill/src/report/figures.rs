@@ -20,7 +20,7 @@ pub struct PhaseFigures {
     pub rejected: u64,
     pub deferred_timed_out: u64,
     pub degraded: u64,
-    /// Refused by the backend's deadline admission (`reject_deadline`).
+    /// Refused by shedder's job admission (any refusal of `admit`, counted as `reject_deadline`).
     pub rejected_deadline: u64,
     /// Answered 503 by the backend's own overload policy (peer modes).
     #[serde(default)]

@@ -3,10 +3,11 @@
 //! When a worker takes a job off the queue, a `queue-timeout` peer answers
 //! 503 if it waited too long. Otherwise the worker computes the job's slack
 //! (time left to its deadline minus the backend's own recent service p95 for
-//! the class) and, with a daemon, asks its `admit` op: in `enforce` a
-//! `reject_deadline` answer is refused, with the status the daemon chose
-//! (503 unless it says otherwise) and its Retry-After, without doing the
-//! work; in `observe` the answer is only recorded. A served job sleeps its planned service
+//! the class) and, with a daemon, asks its `admit` op: in `enforce` any
+//! refusal (`reject_deadline`, `reject_tier`, `reject_retry`,
+//! `reject_budget`, `reject_stale`) is answered with the status the daemon
+//! chose (503 unless it says otherwise), its reason and Retry-After, without
+//! doing the work, and counted as the daemon's refusal (`reject_deadline`); in `observe` the answer is only recorded. A served job sleeps its planned service
 //! time, and its queue age and service time go to the daemon as a sample.
 
 use std::{
@@ -118,13 +119,17 @@ impl Worker {
             return figures(Response::new(503)).header("X-Drill-Reason", reason);
         }
         if let Some(verdict) = self.ask_admit(job, &class.name, deadline_ms, start_ms, queue_age_ms).await {
-            let rejected = verdict["verdict"] == "reject_deadline";
+            let rejected = verdict["verdict"].as_str().is_some_and(|v| v != "admit");
             if rejected && self.enforce {
                 let retry_after_ms = verdict["retry_after_ms"].as_f64().unwrap_or(1000.0 * ctx.time_scale);
                 // Retry-After is in the workload's seconds (see `http`).
                 let retry_after_s = (retry_after_ms / ctx.time_scale / 1000.0).ceil().max(1.0);
                 let status = verdict["status"].as_u64().and_then(|s| u16::try_from(s).ok()).unwrap_or(503);
-                let detail = verdict["reason"].as_str().unwrap_or("no capacity").to_string();
+                let detail = format!(
+                    "{}: {}",
+                    verdict["verdict"].as_str().unwrap_or("?"),
+                    verdict["reason"].as_str().unwrap_or("no capacity")
+                );
                 return figures(Response::new(status))
                     .header("X-Drill-Reason", "reject_deadline")
                     .header("X-Drill-Detail", detail)
