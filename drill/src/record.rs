@@ -50,7 +50,7 @@ pub struct JobRecord {
     /// Time a worker spent on it, if it was served.
     pub service_ms: Option<f64>,
     /// Per-job slack when a worker took it: time left to the deadline minus
-    /// the backend's recent service-time p95 for the class (the seed's
+    /// the backend's recent service-time p95 for the class (the
     /// `deadline_slack`). Negative: it could not finish on time.
     pub slack_at_start_ms: Option<f64>,
     /// Whether the job drew its service time from the injected tail.

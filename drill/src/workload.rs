@@ -582,7 +582,7 @@ mod tests {
     const SEED: &str = include_str!("../workloads/seed.toml");
     const TWO_CLASSES: &str = include_str!("../workloads/two-classes.toml");
 
-    /// A second class appended to the seed, for the checks across classes.
+    /// A second class appended to the reference workload, for the checks across classes.
     const BATCH: &str = r#"
 [[class]]
 name = "batch"
@@ -642,7 +642,7 @@ static_rate = 4
         assert_eq!(Workload::from_toml_str(&without).unwrap().client, ClientPolicy::default());
     }
 
-    /// Each row: the seed with one edit (text replaced, or appended when
+    /// Each row: the reference workload with one edit (text replaced, or appended when
     /// `from` is empty), and what the error must say.
     #[test]
     fn bad_files_are_refused_with_the_field_named() {
@@ -799,7 +799,7 @@ static_rate = 4
                 // Top-level keys must come before the first table.
                 if to.contains("[[class]]") { format!("{SEED}{to}") } else { format!("{to}\n{SEED}") }
             } else {
-                assert!(SEED.contains(from), "the seed has no {from:?}");
+                assert!(SEED.contains(from), "the reference workload has no {from:?}");
                 SEED.replacen(from, to, 1)
             };
             let error = format!("{:#}", Workload::from_toml_str(&text).expect_err(expected));

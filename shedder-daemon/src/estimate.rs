@@ -232,7 +232,7 @@ impl ClassPrior {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Quantiles {
     pub p50: f64,
-    /// Kept because the seed's `slack_p10` is `deadline − queue_age_p90 − …`.
+    /// Kept because `slack_p10` is `deadline − queue_age_p90 − …`.
     pub p90: f64,
     pub p95: f64,
     pub p99: f64,

@@ -24,7 +24,7 @@ use shedder_tests::{bpffs::PrivateBpffs, daemon_process::DaemonProcess, netns::T
 
 /// Short, so the test is quick; still well above five 100 ms control ticks.
 const TIMEOUT: Duration = Duration::from_millis(1000);
-/// What the issue allows on top of the timeout.
+/// What is allowed on top of the timeout.
 const GRACE: Duration = Duration::from_secs(1);
 const PORT: u16 = 8000;
 

@@ -20,7 +20,7 @@
 //! measure how the scheduler splits the other core, not the receive path.
 //! The receive path's cost per SYN is `shedder-flood-bench`'s to measure.
 //! The flood itself is unpaced, as fast as the generator goes, for each
-//! flooded phase; the full 10-second flood is the bench's.
+//! flooded phase; the full 10-second flood is the bench's.
 //!
 //! What this cannot show on veth: that an unfiltered host loses goodput. The
 //! generator does the receiver's work in its own softirq, so an expensive

@@ -1,7 +1,7 @@
 //! `cargo xtask drill`: builds the daemon in release, then runs the failure
 //! drill (`shedder-drill`), which starts that daemon between two network
 //! namespaces once per mode. Arguments go to the drill (try `-- --help`);
-//! its defaults are the seed's workload, all seven modes (shedder's four and
+//! its defaults are the reference workload, all seven modes (shedder's four and
 //! the three peers), time scale 0.25 and `target/drill/` for the records and
 //! the report (cargo runs it in the workspace root). `cargo xtask drill
 //! --suite` runs every workload of `drill/workloads/suite.toml` in every

@@ -56,8 +56,10 @@ enum Task {
         args: Vec<String>,
     },
     /// The failure drill: the reference workload through the real daemon between two
-    /// network namespaces, once per mode (off, observe, enforce, static), judged by
-    /// completed-on-time. Needs root. Arguments go to `shedder-drill` (try `-- --help`).
+    /// network namespaces, once per mode (off, observe, enforce, static, and the
+    /// queue-cap, queue-timeout and saturation peers), judged by completed-on-time
+    /// against the service-blind bound and an oracle; `--suite` runs the whole family
+    /// of workloads. Needs root. Arguments go to `shedder-drill` (try `-- --help`).
     Drill {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,

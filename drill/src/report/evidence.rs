@@ -1,4 +1,4 @@
-//! The seed's expected evidence, each judged on a figure of the runs:
+//! The reference workload's expected evidence, each judged on a figure of the runs:
 //! queue_age_p95 rises, slack_p10 crosses zero, reject_deadline increases,
 //! completion_late stops growing, and the queue drains after the injection
 //! is removed.
@@ -16,7 +16,7 @@ use super::timeline::{late_per_s_between, late_share_between};
 use crate::phase::{Phase, Phases};
 
 /// "Stops growing": in the second half of the injection, fewer than this
-/// share of enforce's completions are late (the goal for admitted
+/// share of enforce's completions are late (the goal for admitted
 /// jobs).
 const LATE_SHARE_STOPPED: f64 = 0.01;
 

@@ -1,6 +1,6 @@
 //! The drill's report, computed from the runs' records and the job plan:
 //! per mode and per phase figures against the service-blind bound and the
-//! clairvoyant oracle ([`crate::bounds`]), the seed's expected
+//! clairvoyant oracle ([`crate::bounds`]), the reference workload's expected
 //! evidence, the static-rate finding, and a per-second timeline; written as
 //! JSON, an SVG plot and a summary table.
 //!

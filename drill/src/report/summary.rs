@@ -98,7 +98,7 @@ pub fn table(report: &DrillReport) -> String {
     for line in report.static_finding.lines() {
         let _ = writeln!(out, "{line}");
     }
-    out.push_str("\nthe seed's expected evidence:\n");
+    out.push_str("\nthe reference workload's expected evidence:\n");
     for e in &report.evidence {
         let verdict = match e.holds {
             Some(true) => "yes",
