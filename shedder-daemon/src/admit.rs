@@ -230,7 +230,9 @@ pub fn admit<R: Rng + ?Sized>(
             (Verdict::RejectDeadline, drain, false, why)
         }
     } else if let Some(higher) = view.yields_to.as_ref().filter(|_| !view.idle) {
-        let why = format!("{higher}, of a higher tier, is missing deadlines: this tier waits; queue drains in ~{drain:.0} ms");
+        let why = format!(
+            "{higher}, of a higher tier, is missing deadlines: this tier waits; queue drains in ~{drain:.0} ms"
+        );
         (Verdict::RejectTier, drain, false, why)
     } else if queue_age_ms > policy.max_queue_age_ms {
         let why = format!("queued {queue_age_ms:.0} ms > {:.0} ms", policy.max_queue_age_ms);

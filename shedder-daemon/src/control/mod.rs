@@ -650,6 +650,8 @@ impl Controller {
             rates.get(name).copied().unwrap_or(0.0) * slacks[name].mean_service_ms / 1000.0
         };
         let rate_of = |rates: &BTreeMap<String, f64>, name: &str| rates.get(name).copied().unwrap_or(0.0);
+        // Jobs/s a class brings: what it offered, or what got in if more.
+        let asked = |name: &str| rate_of(input.offered, name).max(rate_of(input.admitted, name));
 
         // The capacity model: work done, and whether a backlog stands.
         let busy: f64 = self
@@ -699,7 +701,7 @@ impl Controller {
         let demanding: Vec<&String> = adaptive
             .iter()
             .copied()
-            .filter(|n| rate_of(input.offered, n).max(rate_of(input.admitted, n)) > 0.0)
+            .filter(|n| asked(n) > 0.0)
             .filter(|n| {
                 let tier = self.policies[*n].tier;
                 source != CapacitySource::Configured || tier_demand(&|t| t > tier) > 0.0
@@ -767,7 +769,7 @@ impl Controller {
         // queue in time (see `queueing`): from the mix of work now offered.
         let (mut rate_sum, mut mean_sum, mut m2_sum) = (0.0, 0.0, 0.0);
         for n in &adaptive {
-            let r = rate_of(input.offered, n).max(rate_of(input.admitted, n));
+            let r = asked(n);
             let curve = input.estimates.get(*n).map(|e| &e.service_curve);
             rate_sum += r;
             mean_sum += r * slacks[*n].mean_service_ms;
@@ -777,7 +779,7 @@ impl Controller {
         let mix_cs2 = if mix_mean > 0.0 { (m2_sum / rate_sum / (mix_mean * mix_mean) - 1.0).max(0.0) } else { 1.0 };
         let mut tier_room: BTreeMap<Tier, f64> = BTreeMap::new();
         for n in &adaptive {
-            if rate_of(input.offered, n).max(rate_of(input.admitted, n)) > 0.0 {
+            if asked(n) > 0.0 {
                 let s = &slacks[*n];
                 let room = (s.deadline_ms - s.safety_ms - s.service_term_ms).max(0.0);
                 let r = tier_room.entry(self.policies[*n].tier).or_insert(room);
@@ -804,7 +806,7 @@ impl Controller {
         // Higher-tier classes whose jobs are losing their chance to the wait.
         let pressed: Vec<(Tier, &String)> = adaptive
             .iter()
-            .filter(|n| rate_of(input.offered, n).max(rate_of(input.admitted, n)) > 0.0)
+            .filter(|n| asked(n) > 0.0)
             .filter(|n| slacks[**n].has_evidence() && slacks[**n].p_on_time < slacks[**n].threshold)
             .map(|n| (self.policies[*n].tier, *n))
             .collect();
@@ -832,7 +834,7 @@ impl Controller {
                     } else {
                         let share = allocation[name];
                         let mut words = Vec::new();
-                        let mut target = if binding && share < claims_demand(&claims, &adaptive, name) {
+                        let mut target = if binding && share < state.demand {
                             words.push(format!(
                                 "demand {demand:.2} > available {available:.2} worker-s/s: {} class, weight {}, \
                                  allotted {share:.2} worker-s/s = {:.2} jobs/s at mean service {:.0} ms, +{:.0}% headroom",
@@ -863,7 +865,7 @@ impl Controller {
                         let admitted = rate_of(input.admitted, name);
                         let waste =
                             if admitted > 0.0 { (rate_of(input.wasted, name) / admitted).min(1.0) } else { 0.0 };
-                        if binding && share < claims_demand(&claims, &adaptive, name) && waste > p.waste_tolerance {
+                        if binding && share < state.demand && waste > p.waste_tolerance {
                             let keep = (1.0 - waste).max(1.0 / (1.0 + p.headroom));
                             words.push(format!(
                                 "admit refused {:.0}% of what the fast path let in: budget x{keep:.2}",
@@ -958,11 +960,6 @@ impl Controller {
         self.last_gpu = Some(gpu_summary);
         decisions
     }
-}
-
-/// The demand `name` claimed this tick.
-fn claims_demand(claims: &[Claim], adaptive: &[&String], name: &str) -> f64 {
-    adaptive.iter().position(|n| *n == name).map_or(0.0, |i| claims[i].demand)
 }
 
 /// A queue term above this is a backlog: the workers are all busy.
