@@ -3,7 +3,9 @@
 //! flash crowd, a load sweep and tight deadlines. Each is run with shedder
 //! off and enforcing, on the same jobs, and judged against its own
 //! service-blind bound: completed on time, never worse than off for any
-//! class, and few late completions among what was admitted.
+//! class, and few late completions among what was admitted. Two peers run
+//! on the same jobs too (`queue-cap`, `saturation`); their figures are
+//! printed for comparison, not asserted.
 
 mod sim;
 
@@ -30,13 +32,17 @@ struct Judged {
     bound: Vec<f64>,
     enforce: sim::Run,
     off: sim::Run,
+    /// The peers: what the server or its gateway would do on its own.
+    peers: Vec<(&'static str, sim::Run)>,
 }
 
 fn judge(w: &Workload, seed: u64, from_s: f64, to_s: f64) -> Judged {
+    let peers = [("queue-cap", Mode::QueueCap), ("saturation", Mode::Saturation)];
     Judged {
         bound: blind_bound(w, seed, from_s, to_s, true),
         enforce: run(w, Mode::Enforce, seed, from_s, to_s),
         off: run(w, Mode::Off, seed, from_s, to_s),
+        peers: peers.into_iter().map(|(name, mode)| (name, run(w, mode, seed, from_s, to_s))).collect(),
     }
 }
 
@@ -57,6 +63,14 @@ impl Judged {
         );
         for (i, out) in self.enforce.outcomes.iter().enumerate() {
             println!("  class {i}: enforce {out:?}; off {:?}", self.off.outcomes[i]);
+        }
+        for (name, run) in &self.peers {
+            let p = Self::on_time(run);
+            println!(
+                "  peer {name}: on time {:.0} ({:.0}% of the bound); per class {p:?}",
+                sum(&p),
+                100.0 * sum(&p) / sum(&self.bound).max(1.0)
+            );
         }
     }
 

@@ -67,6 +67,13 @@ pub enum Mode {
     Off,
     /// Fast-path budgets from the controller, and `admit` at dequeue.
     Enforce,
+    /// A peer: the server answers 503 on arrival while its queue holds one
+    /// job per worker (vLLM's `--max-num-queued-reqs` = W, as the drill sets it).
+    QueueCap,
+    /// A peer: the Gateway API Inference Extension's saturation detector
+    /// (queue depth / 5 or busy workers / W / 0.8 at least 1) refuses
+    /// `sheddable` jobs on arrival; other tiers are never shed.
+    Saturation,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -259,6 +266,21 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                     outcomes[i].arrived += 1;
                 }
                 seen[i].push_back(t);
+                let busy = workers.iter().flatten().count() as f64;
+                let peer_refuses = match mode {
+                    Mode::QueueCap => queue.len() >= w.workers,
+                    Mode::Saturation => {
+                        w.classes[i].tier == Tier::Sheddable
+                            && (queue.len() as f64 / 5.0).max(busy / w.workers as f64 / 0.8) >= 1.0
+                    }
+                    Mode::Off | Mode::Enforce => false,
+                };
+                if peer_refuses {
+                    if counted(job.arrival_ms) {
+                        outcomes[i].shed += 1;
+                    }
+                    continue;
+                }
                 if mode == Mode::Enforce {
                     if tokens[i] < 1.0 {
                         if counted(job.arrival_ms) {
@@ -327,7 +349,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
             tokens[i] = (tokens[i] + rate * TICK_MS as f64 / 1000.0).min(burst(rate));
             budgets[i] = rate;
         }
-        if std::env::var_os("SIM_TRACE").is_some() {
+        if mode == Mode::Enforce && std::env::var_os("SIM_TRACE").is_some() {
             for d in &made {
                 println!(
                     "{:>7} {:<10} {:<7} {:7.2} -> {:7.2}  {}",
