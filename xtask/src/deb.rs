@@ -31,10 +31,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let tools: &'static [bootstrap::SystemTool] = if args.check { &[IPROUTE2, HELP2MAN] } else { &[HELP2MAN] };
-    bootstrap::run(Needs { task: "deb", root: args.check, tools })?;
-    bootstrap::ensure_cargo_deb()?;
-    let binary = build::daemon_release()?;
-    write_man_page(&binary)?;
+    prepare(Needs { task: "deb", root: args.check, tools })?;
     // The same files under the next revision, what an upgrade installs; built
     // first, since cargo-deb clears target/debian/ of what it built before.
     let upgrade = args.check.then(|| cargo_deb(Some(2))).transpose()?;
@@ -44,6 +41,21 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(upgrade) => check::run(&package, &upgrade),
         None => Ok(()),
     }
+}
+
+/// The package, built as `cargo xtask deb` builds it, for the other tasks
+/// that install it; returns its path.
+pub fn package(task: &'static str) -> anyhow::Result<PathBuf> {
+    prepare(Needs { task, root: false, tools: &[HELP2MAN] })?;
+    cargo_deb(None)
+}
+
+/// Everything the package holds that is built: the tools, the release binary, its man page.
+fn prepare(needs: Needs) -> anyhow::Result<()> {
+    bootstrap::run(needs)?;
+    bootstrap::ensure_cargo_deb()?;
+    let binary = build::daemon_release()?;
+    write_man_page(&binary)
 }
 
 /// `shedder.1.gz` beside the binary, where the package's assets take it from.
