@@ -105,6 +105,8 @@ check_install() {
     mkdir -p /etc/systemd/system/shedder.service.d
     printf '[Service]\nEnvironment=SHEDDER_IFACE=%s\n' "$iface" >/etc/systemd/system/shedder.service.d/iface.conf
     systemctl daemon-reload
+    # `systemctl enable --now`, the documented path, as its two halves: start is the next check.
+    systemctl enable shedder || { detail="systemctl enable failed"; return 1; }
     detail="$(dpkg-query --show --showformat '${Package} ${Version}' shedder); user shedder; /sys/fs/bpf/shedder: $pins; unit $(systemctl is-enabled shedder)"
     return 0
 }
