@@ -43,11 +43,13 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
-/// The package, built as `cargo xtask deb` builds it, for the other tasks
-/// that install it; returns its path.
-pub fn package(task: &'static str) -> anyhow::Result<PathBuf> {
+/// The package and the same files under the next revision, built as
+/// `cargo xtask deb --check` builds them, for other tasks that install and
+/// upgrade it; returns their paths.
+pub fn package_and_upgrade(task: &'static str) -> anyhow::Result<(PathBuf, PathBuf)> {
     prepare(Needs { task, root: false, tools: &[HELP2MAN] })?;
-    cargo_deb(None)
+    let upgrade = cargo_deb(Some(2))?;
+    Ok((cargo_deb(None)?, upgrade))
 }
 
 /// Everything the package holds that is built: the tools, the release binary, its man page.

@@ -2,7 +2,8 @@
 //!
 //! Debian 12's kernel (6.1) boots a Debian 12 root filesystem ([`rootfs`])
 //! with systemd as PID 1, from the first namespace of an NVMe disk. The
-//! second holds the payload: the package `cargo xtask deb` builds, the
+//! second holds the payload: the package `cargo xtask deb` builds (and its
+//! next revision, for an upgrade), the
 //! guest's checks (`systemd/check.sh`) and the configuration they write over
 //! the packaged one (`systemd/shedder.toml`), `shedder-connect-probe` (the
 //! backend and the client of the connect loops), the kernel's veth module,
@@ -27,7 +28,7 @@ pub struct Check {
     pub what: &'static str,
 }
 
-pub const CHECKS: [Check; 7] = [
+pub const CHECKS: [Check; 8] = [
     Check { name: "install", what: "dpkg installs the package: the user, the pin directory (tmpfiles.d)" },
     Check {
         name: "start",
@@ -42,6 +43,11 @@ pub const CHECKS: [Check; 7] = [
         name: "restart",
         what: "systemctl restart under a connect loop from a network namespace: 0 refused, 0 timed out; \
                the drained class stays drained (the new daemon took the pinned state over)",
+    },
+    Check {
+        name: "upgrade",
+        what: "dpkg --install of the next revision over the running service: the same, across its restart; \
+               the edited config kept",
     },
     Check {
         name: "journal",
@@ -90,14 +96,14 @@ fn boot_and_judge(root: &Path, machine: &qemu::Machine) -> anyhow::Result<Checke
         }
     };
     packages::ensure(&packages::SYSTEMD)?;
-    let package = deb::package("vm")?;
+    let (package, upgrade) = deb::package_and_upgrade("vm")?;
     let probe =
         initramfs::cargo_executables(&["build", "--package", "shedder-tests", "--bin", "shedder-connect-probe"])?;
     let probe = initramfs::find(&probe, "shedder-connect-probe", false)?;
     let image = rootfs::ensure(&root.join("rootfs"))?;
 
     let dir = root.join("systemd");
-    let payload = write_payload(&dir, &package, &probe, &kernel)?;
+    let payload = write_payload(&dir, [&package, &upgrade], &probe, &kernel)?;
     println!("vm: systemd: the guest runs, in order:");
     for check in &CHECKS {
         println!("    {:<13} {}", check.name, check.what);
@@ -110,13 +116,16 @@ fn boot_and_judge(root: &Path, machine: &qemu::Machine) -> anyhow::Result<Checke
 }
 
 /// The payload disk's image: its files, then an ext4 image of them.
-fn write_payload(dir: &Path, package: &Path, probe: &Path, kernel: &kernel::Kernel) -> anyhow::Result<PathBuf> {
+/// `packages`: the package, and its next revision.
+fn write_payload(dir: &Path, packages: [&Path; 2], probe: &Path, kernel: &kernel::Kernel) -> anyhow::Result<PathBuf> {
     let tree = dir.join("payload");
     let _ = std::fs::remove_dir_all(&tree);
     std::fs::create_dir_all(tree.join("modules")).with_context(|| format!("creating {}", tree.display()))?;
     std::fs::write(tree.join("check.sh"), CHECK_SCRIPT)?;
     std::fs::write(tree.join("shedder.toml"), CONFIG)?;
-    std::fs::copy(package, tree.join("shedder.deb")).with_context(|| format!("copying {}", package.display()))?;
+    for (package, name) in packages.into_iter().zip(["shedder.deb", "shedder-upgrade.deb"]) {
+        std::fs::copy(package, tree.join(name)).with_context(|| format!("copying {}", package.display()))?;
+    }
     std::fs::copy(probe, tree.join("shedder-connect-probe")).with_context(|| format!("copying {}", probe.display()))?;
     let modules = kernel::plan_modules(kernel)?;
     for note in &modules.notes {

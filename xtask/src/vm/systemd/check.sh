@@ -187,6 +187,43 @@ new_daemon_attached() {
     [ "$pid" != 0 ] && [ "$pid" != "$1" ] && attached_by "$pid"
 }
 
+# across_takeover WHAT COMMAND...: runs COMMAND, which must replace the
+# daemon, while a client connects to the steady class every 20 ms; waits for
+# the new daemon to attach and take the pinned link over. Sets $detail and
+# $closed_after (a probe of the drained class afterwards); false if no new
+# daemon took over, or a connection was refused or timed out.
+across_takeover() {
+    local what=$1 old stop=/run/shedder-vm-stop out=/run/shedder-vm-loop
+    shift
+    old=$(main_pid)
+    rm -f "$stop"
+    in_client "$probe" connect "$steady" --every-ms 20 --timeout-ms 1000 --for-s 150 --stop-file "$stop" >"$out" &
+    local loop=$!
+    sleep 1
+    local began took attached=0
+    began=$(now_ms)
+    "$@"
+    wait_for 120 new_daemon_attached "$old" || attached=1
+    took=$(($(now_ms) - began))
+    sleep 1
+    touch "$stop"
+    wait "$loop"
+    local loop_out
+    loop_out=$(cat "$out")
+    closed_after=$(in_client "$probe" connect "$closed" --count 1 --timeout-ms 500)
+    detail="$what to attached in $took ms; steady loop: $loop_out; the closed class after: $closed_after"
+    if [ "$attached" != 0 ]; then
+        detail="no new daemon attached within 120 s of $what: $(journal | tail -n 5)"
+        return 1
+    fi
+    journal "_PID=$(main_pid)" | grep -q 'swapped this program into the pinned link' || {
+        detail="$detail; the new daemon did not take over the pinned link"
+        return 1
+    }
+    [ "$(field admitted "$loop_out")" -gt 0 ] && [ "$(field refused "$loop_out")" = 0 ] &&
+        [ "$(field timed_out "$loop_out")" = 0 ] && [ "$(field errors "$loop_out")" = 0 ]
+}
+
 check_restart() {
     running || return 1
     # Drain the closed class: its one token admits, then it drops.
@@ -196,38 +233,25 @@ check_restart() {
         detail="the closed class should admit one connection, then drop: $drained"
         return 1
     fi
-    local old stop=/run/shedder-vm-stop out=/run/shedder-vm-restart
-    old=$(main_pid)
-    rm -f "$stop"
-    in_client "$probe" connect "$steady" --every-ms 20 --timeout-ms 1000 --for-s 150 --stop-file "$stop" >"$out" &
-    local loop=$!
-    sleep 1
-    local began took
-    began=$(now_ms)
-    systemctl restart shedder
-    if ! wait_for 120 new_daemon_attached "$old"; then
-        touch "$stop"
-        wait "$loop"
-        detail="no new daemon attached within 120 s of systemctl restart: $(journal | tail -n 5)"
-        return 1
-    fi
-    took=$(($(now_ms) - began))
-    sleep 1
-    touch "$stop"
-    wait "$loop"
-    local loop_out after
-    loop_out=$(cat "$out")
-    after=$(in_client "$probe" connect "$closed" --count 1 --timeout-ms 500)
-    detail="restart to attached in $took ms; steady loop: $loop_out; the closed class after: $after"
-    local pid
-    pid=$(main_pid)
-    journal "_PID=$pid" | grep -q 'swapped this program into the pinned link' || {
-        detail="$detail; the new daemon did not take over the pinned link"
+    # A bucket started anew would admit its one token again.
+    across_takeover "restart" systemctl restart shedder && [ "$(field timed_out "$closed_after")" = 1 ]
+}
+
+# The package's next revision over the running service: its postinst
+# restarts it (try-restart), and the new daemon takes the program over.
+check_upgrade() {
+    running || return 1
+    local want
+    want=$(dpkg-deb --field "$payload/shedder-upgrade.deb" Version)
+    across_takeover "dpkg --install of $want" dpkg --install "$payload/shedder-upgrade.deb" </dev/null || return 1
+    local now
+    now=$(dpkg-query --show --showformat '${Version}' shedder)
+    detail="$detail; installed: $now"
+    [ "$now" = "$want" ] && [ "$(field timed_out "$closed_after")" = 1 ] &&
+        cmp -s "$payload/shedder.toml" /etc/shedder/shedder.toml || {
+        detail="$detail; the drained class, the version or the edited config was not kept"
         return 1
     }
-    [ "$(field admitted "$loop_out")" -gt 0 ] && [ "$(field refused "$loop_out")" = 0 ] &&
-        [ "$(field timed_out "$loop_out")" = 0 ] && [ "$(field errors "$loop_out")" = 0 ] &&
-        [ "$(field timed_out "$after")" = 1 ]
 }
 
 # One round of overload for the chat class: jobs reported late, and new connections.
@@ -288,6 +312,7 @@ run_check start check_start
 run_check capabilities check_capabilities
 run_check security check_security
 run_check restart check_restart
+run_check upgrade check_upgrade
 run_check journal check_journal
 run_check stop check_stop
 echo "==== journalctl -u shedder"
