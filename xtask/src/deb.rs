@@ -31,10 +31,7 @@ pub struct Args {
 
 pub fn run(args: Args) -> anyhow::Result<()> {
     let tools: &'static [bootstrap::SystemTool] = if args.check { &[IPROUTE2, HELP2MAN] } else { &[HELP2MAN] };
-    bootstrap::run(Needs { task: "deb", root: args.check, tools })?;
-    bootstrap::ensure_cargo_deb()?;
-    let binary = build::daemon_release()?;
-    write_man_page(&binary)?;
+    prepare(Needs { task: "deb", root: args.check, tools })?;
     // The same files under the next revision, what an upgrade installs; built
     // first, since cargo-deb clears target/debian/ of what it built before.
     let upgrade = args.check.then(|| cargo_deb(Some(2))).transpose()?;
@@ -44,6 +41,23 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         Some(upgrade) => check::run(&package, &upgrade),
         None => Ok(()),
     }
+}
+
+/// The package and the same files under the next revision, built as
+/// `cargo xtask deb --check` builds them, for other tasks that install and
+/// upgrade it; returns their paths.
+pub fn package_and_upgrade(task: &'static str) -> anyhow::Result<(PathBuf, PathBuf)> {
+    prepare(Needs { task, root: false, tools: &[HELP2MAN] })?;
+    let upgrade = cargo_deb(Some(2))?;
+    Ok((cargo_deb(None)?, upgrade))
+}
+
+/// Everything the package holds that is built: the tools, the release binary, its man page.
+fn prepare(needs: Needs) -> anyhow::Result<()> {
+    bootstrap::run(needs)?;
+    bootstrap::ensure_cargo_deb()?;
+    let binary = build::daemon_release()?;
+    write_man_page(&binary)
 }
 
 /// `shedder.1.gz` beside the binary, where the package's assets take it from.

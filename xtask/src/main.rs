@@ -71,6 +71,7 @@ enum Task {
     /// Check other kernels: boot each under qemu (software emulation) with a
     /// minimal initramfs, and run there the load checks (verifier, XDP and TC
     /// attach), the BPF_PROG_TEST_RUN packet tables and veth end-to-end cases.
+    /// `--systemd`: the Debian package under a real systemd, in a Debian 12 guest.
     Vm(vm::Args),
 }
 

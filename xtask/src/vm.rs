@@ -9,9 +9,13 @@
 //! `target/vm/`: the Debian kernels, and per kernel the initramfs, the
 //! console log and the protocol lines the guest reported.
 //!
+//! `--systemd` runs the Debian package under a real systemd instead (or as
+//! well): see [`systemd`].
+//!
 //! One module per mechanism: [`packages`] (host tools), [`kernel`] (which
 //! kernel, its modules), [`initramfs`] and [`cpio`] (the guest's files),
-//! [`guest`] (what runs inside, and its report), [`qemu`] (the boot).
+//! [`guest`] (what runs inside, and its report), [`qemu`] (the boot),
+//! [`rootfs`] and [`systemd`] (the systemd guest).
 
 mod cpio;
 mod guest;
@@ -19,6 +23,8 @@ mod initramfs;
 mod kernel;
 mod packages;
 mod qemu;
+mod rootfs;
+mod systemd;
 
 use std::{path::Path, time::Duration};
 
@@ -31,9 +37,16 @@ pub struct Args {
     /// A kernel to check: debian-6.1, debian-6.12, host, or the path of a
     /// kernel image (bzImage; modules are taken from ../lib/modules/<release>
     /// beside it, else /lib/modules/<release>). Repeat for several.
-    /// Default: debian-6.1 and host.
+    /// Default: debian-6.1 and host, unless --systemd is given alone.
     #[arg(long = "kernel", value_name = "debian-6.1|debian-6.12|host|PATH")]
     kernels: Vec<String>,
+    /// Run the Debian package under a real systemd: Debian 12's kernel boots a
+    /// Debian 12 root filesystem built by mmdebstrap (cached under
+    /// target/vm/rootfs/), with systemd as PID 1, and checks start, dropped
+    /// capabilities, a hitless restart, failing open on stop, the journal and
+    /// `systemd-analyze security`. Needs root.
+    #[arg(long)]
+    systemd: bool,
     /// Seconds one boot may take, all stages included, before qemu is stopped.
     #[arg(long, default_value_t = 480)]
     timeout: u64,
@@ -44,6 +57,9 @@ pub struct Args {
     #[arg(long, default_value_t = 2)]
     cpus: u32,
 }
+
+/// panic=-1: a panicking guest reboots at once, which qemu's -no-reboot turns into qemu exiting.
+const INITRAMFS_APPEND: &str = "console=ttyS0 panic=-1 quiet";
 
 /// How one kernel fared.
 struct Checked {
@@ -60,7 +76,8 @@ enum Verdict {
 }
 
 pub fn run(args: Args) -> anyhow::Result<()> {
-    let specs = if args.kernels.is_empty() { vec!["debian-6.1".into(), "host".into()] } else { args.kernels };
+    let specs =
+        if args.kernels.is_empty() && !args.systemd { vec!["debian-6.1".into(), "host".into()] } else { args.kernels };
     let root = cmd::target_dir().join("vm");
     std::fs::create_dir_all(&root).with_context(|| format!("creating {}", root.display()))?;
     // The kernels first: one that is not there is skipped before anything is built.
@@ -77,7 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         .collect();
     let payload = if kernels.iter().any(|(_, r)| matches!(r, Ok(kernel::Resolved::Ready(_)))) {
         bootstrap::run(bootstrap::Needs::build("vm"))?;
-        packages::ensure()?;
+        packages::ensure(&packages::KERNELS)?;
         Some(initramfs::Payload::build(&root)?)
     } else {
         None
@@ -87,7 +104,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
         cpus: args.cpus.max(1),
         timeout: Duration::from_secs(args.timeout.max(1)),
     };
-    let results: Vec<Checked> = kernels
+    let mut results: Vec<Checked> = kernels
         .into_iter()
         .map(|(spec, resolved)| {
             let (verdict, details) = match (resolved, &payload) {
@@ -101,6 +118,9 @@ pub fn run(args: Args) -> anyhow::Result<()> {
             Checked { spec: spec.clone(), verdict, details }
         })
         .collect();
+    if args.systemd {
+        results.push(systemd::run(&root, &machine));
+    }
 
     println!();
     println!("cargo xtask vm: results");
@@ -127,7 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     println!("vm: {passed} passed, {failed} failed, {skipped} skipped");
     if failed > 0 {
-        return Err(cmd::Failed { code: 1, message: format!("{failed} of {} kernels failed", results.len()) }.into());
+        return Err(cmd::Failed { code: 1, message: format!("{failed} of {} guests failed", results.len()) }.into());
     }
     Ok(())
 }
@@ -188,7 +208,8 @@ fn boot_and_judge(
     }
     let (protocol, console) = (dir.join("protocol.txt"), dir.join("console.log"));
     let mut tests = guest::TestCounts::default();
-    let outcome = qemu::boot(machine, &kernel.image, &initrd, &protocol, &console, |line| {
+    let boot = qemu::Boot { kernel: &kernel.image, initrd: Some(&initrd), disks: &[], append: INITRAMFS_APPEND };
+    let outcome = qemu::boot(machine, &boot, &protocol, &console, |line| {
         println!("[{spec}] {line}");
         tests.add_line(line);
     })?;
@@ -235,11 +256,25 @@ fn judge(
             details.push(format!("    FAILED {test}"));
         }
     }
-    let wall = outcome.elapsed.as_secs();
-    let verdict = if outcome.timed_out {
-        let during = report.unfinished().map_or(String::new(), |s| format!(", during stage {s}"));
+    let during = report.unfinished().map(|s| format!("stage {s}"));
+    let verdict = verdict(outcome, machine, report.done, during, &failures);
+    details.push(format!("boot to power-off: {} s; console log: {}", outcome.elapsed.as_secs(), console.display()));
+    Checked { spec: spec.into(), verdict, details }
+}
+
+/// A guest's verdict: what stopped it early, else its failures, else how qemu ended.
+/// `during` names what was under way when it stopped.
+fn verdict(
+    outcome: &qemu::Outcome,
+    machine: &qemu::Machine,
+    done: bool,
+    during: Option<String>,
+    failures: &[String],
+) -> Verdict {
+    if outcome.timed_out {
+        let during = during.map_or(String::new(), |what| format!(", during {what}"));
         Verdict::Failed(format!("qemu stopped at the {} s limit{during}", machine.timeout.as_secs()))
-    } else if !report.done {
+    } else if !done {
         Verdict::Failed(format!(
             "the guest never finished (qemu {}; a kernel panic or a dead init: see the console log)",
             outcome.status
@@ -250,9 +285,7 @@ fn judge(
         Verdict::Failed(format!("qemu exited with {}", outcome.status))
     } else {
         Verdict::Passed
-    };
-    details.push(format!("boot to power-off: {wall} s; console log: {}", console.display()));
-    Checked { spec: spec.into(), verdict, details }
+    }
 }
 
 #[cfg(test)]

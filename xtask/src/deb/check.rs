@@ -47,8 +47,15 @@ pub fn run(package: &Path, upgrade: &Path) -> anyhow::Result<()> {
     bed.installed = true;
     dpkg(&["--install"], package)?;
     let first = installed_version()?.context("dpkg installed nothing")?;
-    for path in [BINARY, CONFIG, UNIT, MAN_PAGE, "/usr/lib/sysusers.d/shedder.conf", "/usr/share/doc/shedder/README.md"]
-    {
+    for path in [
+        BINARY,
+        CONFIG,
+        UNIT,
+        MAN_PAGE,
+        "/usr/lib/sysusers.d/shedder.conf",
+        "/usr/lib/tmpfiles.d/shedder.conf",
+        "/usr/share/doc/shedder/README.md",
+    ] {
         ensure!(Path::new(path).exists(), "the package did not install {path}");
     }
     let conffiles = cmd::output(Command::new("dpkg-query").args(["--show", "--showformat=${Conffiles}", PACKAGE]))?;
@@ -59,7 +66,9 @@ pub fn run(package: &Path, upgrade: &Path) -> anyhow::Result<()> {
     );
     cmd::output(Command::new(BINARY).args(["check-config", CONFIG])).context("the installed config is refused")?;
     cmd::output(Command::new("getent").args(["passwd", "shedder"])).context("the user shedder was not created")?;
-    say(format!("installed {first}: binary, unit, sysusers, man page, docs; {CONFIG} observes and is a conffile"));
+    say(format!(
+        "installed {first}: binary, unit, sysusers, tmpfiles, man page, docs; {CONFIG} observes and is a conffile"
+    ));
 
     bed.start_daemon()?;
     let program = bed.wait_attached(Duration::from_secs(60))?;

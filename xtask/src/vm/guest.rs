@@ -83,7 +83,7 @@ pub const STAGES: [Stage; 6] = [
     },
 ];
 
-const MARK: &str = "SHEDDER-VM";
+pub const MARK: &str = "SHEDDER-VM";
 
 /// The guest's `/init`.
 pub fn init_script() -> String {

@@ -28,7 +28,7 @@ pub struct Payload {
 }
 
 /// One `compiler-artifact` that cargo reported with an executable.
-struct Artifact {
+pub(super) struct Artifact {
     name: String,
     test: bool,
     executable: PathBuf,
@@ -36,7 +36,7 @@ struct Artifact {
 
 /// Runs cargo with `--message-format=json-render-diagnostics` (its diagnostics
 /// still reach the terminal) and returns the executables it reported.
-fn cargo_executables(args: &[&str]) -> anyhow::Result<Vec<Artifact>> {
+pub(super) fn cargo_executables(args: &[&str]) -> anyhow::Result<Vec<Artifact>> {
     let mut command = cmd::cargo();
     command.args(args).arg("--message-format=json-render-diagnostics");
     let what = cmd::describe(&command);
@@ -64,7 +64,7 @@ fn cargo_executables(args: &[&str]) -> anyhow::Result<Vec<Artifact>> {
     Ok(artifacts)
 }
 
-fn find(artifacts: &[Artifact], name: &str, test: bool) -> anyhow::Result<PathBuf> {
+pub(super) fn find(artifacts: &[Artifact], name: &str, test: bool) -> anyhow::Result<PathBuf> {
     artifacts
         .iter()
         .find(|a| a.name == name && a.test == test)

@@ -7,10 +7,23 @@ use anyhow::bail;
 use crate::cmd::{self, find_on_path, is_executable, is_root};
 
 /// (command, Debian package, why).
-const TOOLS: [(&str, &str, &str); 3] = [
-    ("qemu-system-x86_64", "qemu-system-x86", "boots the kernels under test"),
+pub type Tool = (&'static str, &'static str, &'static str);
+
+const QEMU: Tool = ("qemu-system-x86_64", "qemu-system-x86", "boots the kernels under test");
+
+/// For the kernels booted with an initramfs.
+pub const KERNELS: [Tool; 3] = [
+    QEMU,
     ("busybox", "busybox-static", "the guest's shell and small tools"),
     ("ip", "iproute2", "veth pairs and network namespaces in the guest"),
+];
+
+/// For the systemd guest.
+pub const SYSTEMD: [Tool; 4] = [
+    QEMU,
+    ("mmdebstrap", "mmdebstrap", "builds the guest's root filesystem from Debian packages"),
+    ("mke2fs", "e2fsprogs", "writes the guest's disk images"),
+    ("systemd-analyze", "systemd", "scores the unit's hardening here, to compare with the guest's score"),
 ];
 
 fn present(command: &str) -> bool {
@@ -19,10 +32,11 @@ fn present(command: &str) -> bool {
         || ["/usr/sbin", "/sbin", "/usr/bin", "/bin"].iter().any(|dir| is_executable(&PathBuf::from(dir).join(command)))
 }
 
-pub fn ensure() -> anyhow::Result<()> {
-    let missing: Vec<_> = TOOLS.iter().filter(|(command, ..)| !present(command)).collect();
+pub fn ensure(tools: &[Tool]) -> anyhow::Result<()> {
+    let missing: Vec<_> = tools.iter().filter(|(command, ..)| !present(command)).collect();
     if missing.is_empty() {
-        println!("vm: qemu-system-x86_64, busybox, ip: present");
+        let names: Vec<&str> = tools.iter().map(|(command, ..)| *command).collect();
+        println!("vm: {}: present", names.join(", "));
         return Ok(());
     }
     let packages: Vec<&str> = missing.iter().map(|(_, package, _)| *package).collect();
@@ -45,7 +59,7 @@ pub fn ensure() -> anyhow::Result<()> {
         cmd::run(Command::new("apt-get").arg("update"))?;
         install()?;
     }
-    if let Some((command, ..)) = TOOLS.iter().find(|(command, ..)| !present(command)) {
+    if let Some((command, ..)) = tools.iter().find(|(command, ..)| !present(command)) {
         bail!("installed {}, but `{command}` is still missing", packages.join(", "));
     }
     Ok(())

@@ -1,5 +1,6 @@
-//! Booting a kernel and initramfs under qemu with software emulation (TCG;
-//! KVM is not usable on this project's machines), bounded in time.
+//! Booting a kernel (with an initramfs, or a root disk) under qemu with
+//! software emulation (TCG; KVM is not usable on this project's machines),
+//! bounded in time.
 //!
 //! qemu runs under coreutils' `timeout`, so it ends by itself even if xtask
 //! dies, and `timeout` gets SIGTERM when xtask dies (parent-death signal).
@@ -27,6 +28,18 @@ pub struct Machine {
     pub timeout: Duration,
 }
 
+/// What to boot.
+pub struct Boot<'a> {
+    pub kernel: &'a Path,
+    pub initrd: Option<&'a Path>,
+    /// Raw disk images, the namespaces of one NVMe controller in order
+    /// (`/dev/nvme0n1`, `/dev/nvme0n2`, …; the Debian kernels have NVMe built
+    /// in). The guest's writes go to a temporary overlay, never to the image.
+    pub disks: &'a [&'a Path],
+    /// The kernel command line.
+    pub append: &'a str,
+}
+
 pub struct Outcome {
     pub status: ExitStatus,
     /// `timeout` ended qemu: the guest never powered off in time.
@@ -34,12 +47,11 @@ pub struct Outcome {
     pub elapsed: Duration,
 }
 
-/// Boots `image` with `initrd`; every console line goes to `on_line` and to
-/// `console_log`, the protocol port to `protocol`.
+/// Boots `boot`; every console line goes to `on_line` and to `console_log`,
+/// the protocol port to `protocol`.
 pub fn boot(
     machine: &Machine,
-    image: &Path,
-    initrd: &Path,
+    boot: &Boot,
     protocol: &Path,
     console_log: &Path,
     mut on_line: impl FnMut(&str),
@@ -55,11 +67,22 @@ pub fn boot(
         .args(["-smp", &machine.cpus.to_string(), "-m", &machine.memory_mib.to_string()])
         .args(["-nodefaults", "-no-user-config", "-no-reboot", "-display", "none"])
         .arg("-kernel")
-        .arg(image)
-        .arg("-initrd")
-        .arg(initrd)
-        // panic=-1: a panicking guest reboots at once, which -no-reboot turns into qemu exiting.
-        .args(["-append", "console=ttyS0 panic=-1 quiet"])
+        .arg(boot.kernel)
+        .args(["-append", boot.append]);
+    if let Some(initrd) = boot.initrd {
+        command.arg("-initrd").arg(initrd);
+    }
+    if !boot.disks.is_empty() {
+        command.args(["-device", "nvme,id=nvme0,serial=shedder"]);
+    }
+    for (i, disk) in boot.disks.iter().enumerate() {
+        let id = format!("disk{}", i + 1);
+        // qemu's option syntax doubles a comma that is part of a value.
+        let file = disk.to_str().with_context(|| format!("{} is not UTF-8", disk.display()))?.replace(',', ",,");
+        command.args(["-drive", &format!("format=raw,if=none,snapshot=on,id={id},file={file}")]);
+        command.args(["-device", &format!("nvme-ns,drive={id},bus=nvme0,nsid={}", i + 1)]);
+    }
+    command
         .args(["-serial", "stdio"])
         .arg("-serial")
         .arg(format!("file:{}", protocol.display()))
