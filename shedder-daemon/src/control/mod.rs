@@ -439,6 +439,8 @@ struct State {
     /// [`DEMAND_MEMORY_S`], so that one quiet second of a class being held
     /// back does not read as "no demand" and let it flood back.
     demand: f64,
+    /// The last mean service time measured, ms (0 until one is).
+    mean_service_ms: f64,
 }
 
 /// How long a class's demand is remembered after it falls, s.
@@ -641,10 +643,22 @@ impl Controller {
         let gpu_summary = self.gate.update(&p.gate, input.gpu, kv, load, gate_capacity, now_ms);
 
         // Every class's slack and service curve.
+        // A window with no completions in it (and no configured prior)
+        // knows no service time: the class's jobs did not become free, so
+        // its work is costed at the last mean that was measured.
         let slacks: BTreeMap<String, Slack> = self
             .policies
             .iter()
-            .map(|(name, policy)| (name.clone(), slack(policy, input.estimates.get(name), &p)))
+            .map(|(name, policy)| {
+                let mut s = slack(policy, input.estimates.get(name), &p);
+                let state = self.states.get_mut(name).expect("a state for every policy");
+                if s.mean_service_ms > 0.0 {
+                    state.mean_service_ms = s.mean_service_ms;
+                } else {
+                    s.mean_service_ms = state.mean_service_ms;
+                }
+                (name.clone(), s)
+            })
             .collect();
         let work = |rates: &BTreeMap<String, f64>, name: &str| {
             rates.get(name).copied().unwrap_or(0.0) * slacks[name].mean_service_ms / 1000.0
@@ -1006,7 +1020,7 @@ fn model_words(plan: &CapacityPlan, s: &Slack, class: &str, law: &Move, p: &Cont
 }
 
 fn initial_state(policy: &ClassPolicy) -> State {
-    State { published: policy.capacity(), gated: false, guard_logged: false, demand: 0.0 }
+    State { published: policy.capacity(), gated: false, guard_logged: false, demand: 0.0, mean_service_ms: 0.0 }
 }
 
 #[cfg(test)]

@@ -455,3 +455,29 @@ fn the_sanity_guard_keeps_an_idle_backend_open() {
     assert!(c.guard_trips()["chat"] >= 1);
     assert!(c.view("chat").unwrap().idle);
 }
+
+#[test]
+fn a_class_whose_window_empties_keeps_the_cost_last_measured() {
+    // Overloaded with 400 ms jobs on 2 workers; then the window holds no
+    // completions (and there is no prior): the jobs did not become free.
+    let params = ControlParams { workers: Some(2.0), ..ControlParams::default() };
+    let mut c = Controller::new(params, BTreeMap::from([("chat".to_string(), adaptive(0.0, 200.0, false))])).unwrap();
+    let busy = estimate("chat", 2_000.0, 400.0);
+    let mut empty = busy.clone();
+    empty.service_curve = ServiceCurve::lognormal(None, 0.0);
+    let offered = BTreeMap::from([("chat".to_string(), 50.0)]);
+    for t in 0..10 {
+        tick(&mut c, ms(t * 100), &BTreeMap::from([("chat".to_string(), busy.clone())]), &[], &offered);
+    }
+    let limited = c.rate("chat").unwrap();
+    assert!(limited < 100.0, "overload limits the class: {limited}");
+    for t in 10..20 {
+        let decisions =
+            tick(&mut c, ms(t * 100), &BTreeMap::from([("chat".to_string(), empty.clone())]), &[], &offered);
+        for d in decisions {
+            assert!(!d.reason.contains("mean service 0 ms"), "{}", d.reason);
+        }
+        let rate = c.rate("chat").unwrap();
+        assert!(rate < 2.0 * limited, "tick {t}: {rate}/s against {limited}/s while measured");
+    }
+}
