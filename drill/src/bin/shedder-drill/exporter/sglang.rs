@@ -18,33 +18,40 @@ pub const E2E_BUCKETS: &[f64] = &[
     1800.0, 2400.0,
 ];
 
+/// One series' value: the state, the class.
+type Read = fn(&State, usize) -> f64;
+
 pub fn render(models: &[String], state: &State) -> String {
     let mut e = Exposition::default();
     let c = &state.classes;
-    let gauges: [(&str, &str, &dyn Fn(usize) -> f64); 3] = [
-        ("sglang:num_running_reqs", "The number of running requests.", &|i| c[i].running_gauge as f64),
-        ("sglang:token_usage", "The token usage.", &|_| state.kv_usage),
-        ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", &|i| c[i].waiting_gauge as f64),
+    let gauges: [(&str, &str, Read); 3] = [
+        ("sglang:num_running_reqs", "The number of running requests.", |s, i| s.classes[i].running_gauge as f64),
+        ("sglang:token_usage", "The token usage.", |s, _| s.kv_usage),
+        ("sglang:num_queue_reqs", "The number of requests in the waiting queue.", |s, i| {
+            s.classes[i].waiting_gauge as f64
+        }),
     ];
     for (name, help, value) in gauges {
         e.family(name, help, "gauge");
         for (i, model) in models.iter().enumerate() {
-            e.sample(name, &scheduler(model), value(i));
+            e.sample(name, &scheduler(model), value(state, i));
         }
     }
     e.family("sglang:queue_time_seconds", "Histogram of queueing time in seconds.", "histogram");
     for (model, class) in models.iter().zip(c) {
         e.histogram("sglang:queue_time_seconds", &scheduler(model), &class.queue);
     }
-    let counters: [(&str, &str, &dyn Fn(usize) -> u64); 3] = [
-        ("sglang:prompt_tokens_total", "Number of prefill tokens processed.", &|i| c[i].prompt_tokens),
-        ("sglang:generation_tokens_total", "Number of generation tokens processed.", &|i| c[i].generation_tokens),
-        ("sglang:num_requests_total", "Number of requests processed.", &|i| c[i].finished),
+    let counters: [(&str, &str, Read); 3] = [
+        ("sglang:prompt_tokens_total", "Number of prefill tokens processed.", |s, i| s.classes[i].prompt_tokens as f64),
+        ("sglang:generation_tokens_total", "Number of generation tokens processed.", |s, i| {
+            s.classes[i].generation_tokens as f64
+        }),
+        ("sglang:num_requests_total", "Number of requests processed.", |s, i| s.classes[i].finished as f64),
     ];
     for (name, help, value) in counters {
         e.family(name, help, "counter");
         for (i, model) in models.iter().enumerate() {
-            e.sample(name, &[("model_name", model)], value(i) as f64);
+            e.sample(name, &[("model_name", model)], value(state, i));
         }
     }
     e.family("sglang:e2e_request_latency_seconds", "Histogram of End-to-end request latency in seconds", "histogram");
