@@ -92,4 +92,8 @@ pub struct RunRecord {
     pub timeline: Vec<TimelinePoint>,
     /// For `static`: the nftables rate per class, connections per second.
     pub static_rates: Vec<f64>,
+    /// With a daemon: how it learnt about the backend (`push`,
+    /// `vllm-scrape`, `sglang-scrape`).
+    #[serde(default)]
+    pub telemetry: Option<String>,
 }

@@ -72,7 +72,8 @@ fn vllm_expected() -> [Vec<ClassObservations>; 3] {
         // no throughput yet, so no live estimate.
         vec![class("interactive", vec![QueueDepth(2), Running(9), KvCacheUsage(0.25), GaugesFrozen(false)])],
         // Second: the interval's jobs, queue and inference time (RUNNING),
-        // each bucket at its upper bound. 27 requests finished in 5 s with 4
+        // each bucket at its upper bound (`_sum` allows that much, with so
+        // many requests). 27 requests finished in 5 s with 4
         // waiting: Little's law says 741 ms, but the finished requests' p95
         // (5 s) is worse, and wins.
         vec![class(
@@ -98,11 +99,14 @@ fn vllm_expected() -> [Vec<ClassObservations>; 3] {
         )],
         // Third: vLLM restarted; every counter is lower, so the new totals are
         // the interval (not negative deltas, not a fresh baseline). Nothing
-        // waits: the finished requests' p95 is the estimate.
+        // waits: the finished requests' p95 is the estimate. Few requests,
+        // so `_sum` leaves some buckets below their bounds, engine by engine:
+        // the first bucket's 2 + 4 at 180 and 210 ms, and 2 of the (0.5,
+        // 0.8] s inference times at 680 ms.
         vec![class(
             "interactive",
-            queue(&[(300.0, 6), (500.0, 1)])
-                .chain(service(&[(500.0, 3), (800.0, 4)]))
+            queue(&[(180.0, 2), (210.0, 4), (500.0, 1)])
+                .chain(service(&[(500.0, 3), (680.0, 2), (800.0, 2)]))
                 .chain([
                     QueueDepth(0),
                     Running(2),
@@ -317,11 +321,12 @@ fn triton_with_the_vllm_backend_reads_the_engine_and_every_gpu_series() {
             // vllm_model: queue and service from the engine's histograms,
             // not Triton's own counters (which miss the engine's queue); 28
             // finished in 5 s with 12 waiting is 2.1 s by Little's law, and
-            // the finished requests' p95 (5 s) is worse.
+            // the finished requests' p95 (5 s) is worse. The 6 longest
+            // inference times, in (2.5, 5] s, at the 4.8 s `_sum` allows.
             class(
                 "interactive",
                 queue(&[(300.0, 20), (1000.0, 5), (5000.0, 3)])
-                    .chain(service(&[(1000.0, 10), (2500.0, 12), (5000.0, 6)]))
+                    .chain(service(&[(1000.0, 10), (2500.0, 12), (4800.0, 6)]))
                     .chain([
                         QueueDepth(12),
                         Running(16),
@@ -400,18 +405,19 @@ fn sglang_single_scheduler_in_multi_process_format() {
         vec![class("interactive", vec![QueueDepth(3), Running(12), KvCacheUsage(0.2), GaugesFrozen(false)])]
     );
     // 8 requests finished in 5 s, 5 waiting: Little's law says 3.1 s; one
-    // of them had queued 5 s (in (4, 5]), and the p95 takes it.
+    // of them had queued in (4, 5] s, and the p95 takes it: at 4.78 s, the
+    // most `_sum` leaves it (see `_sum`'s rule in the scrape's histograms).
     assert_eq!(
         state.ingest(&fixture("sglang_2.prom"), at(1)).unwrap(),
         vec![class(
             "interactive",
-            queue(&[(0.0, 4), (200.0, 3), (5000.0, 1)])
+            queue(&[(0.0, 4), (200.0, 3), (4780.0, 1)])
                 .chain(service(&[(1000.0, 4), (2000.0, 3), (8000.0, 1)]))
                 .chain([
                     QueueDepth(5),
                     Running(16),
                     KvCacheUsage(0.55),
-                    PredictedQueueAge { ms: 5000.0 },
+                    PredictedQueueAge { ms: 4780.0 },
                     GaugesFrozen(false),
                 ])
                 .collect(),

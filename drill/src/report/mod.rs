@@ -64,6 +64,10 @@ pub struct ModeReport {
     pub drained_after_removal_s: Option<f64>,
     /// For `static`: the configured rate per class, connections/s.
     pub static_rates_per_s: Vec<f64>,
+    /// With a daemon: how it learnt about the backend (`push`,
+    /// `vllm-scrape`, `sglang-scrape`).
+    #[serde(default)]
+    pub telemetry: Option<String>,
     /// Each tenant alone, over the whole run (none without tenants).
     #[serde(default)]
     pub tenants: Vec<TenantReport>,
@@ -183,6 +187,7 @@ impl ModeReport {
             phases: totals,
             classes,
             static_rates_per_s: run.static_rates.clone(),
+            telemetry: run.telemetry.clone(),
             tenants,
             timeline,
         }

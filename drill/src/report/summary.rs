@@ -20,6 +20,11 @@ pub fn table(report: &DrillReport) -> String {
         report.seed,
         report.time_scale
     );
+    let with_daemon: Vec<String> =
+        report.modes.iter().filter_map(|m| m.telemetry.as_ref().map(|t| format!("{} ({t})", m.mode))).collect();
+    if !with_daemon.is_empty() {
+        let _ = writeln!(out, "the daemon's telemetry: {}", with_daemon.join(", "));
+    }
     let per_s = |phase: Phase, jobs: f64| jobs / report.phases.duration_s(phase);
     let bounds = |name: &str, of: &dyn Fn(Phase) -> f64| {
         let rates: Vec<String> = Phase::ALL.iter().map(|&p| format!("{} {:.1}", p.name(), per_s(p, of(p)))).collect();

@@ -94,7 +94,7 @@ fn run(mode: &str, script: Script) -> RunRecord {
             }
         })
         .collect();
-    RunRecord { mode: mode.into(), jobs, timeline: Vec::new(), static_rates: Vec::new() }
+    RunRecord { mode: mode.into(), jobs, timeline: Vec::new(), static_rates: Vec::new(), telemetry: None }
 }
 
 /// A poll at the end of every second: the budget, and counters grown by
@@ -314,7 +314,8 @@ fn each_class_is_reported_against_its_share_of_the_bound() {
             job(class, arrival_ms, if refused { Outcome::Rejected } else { Outcome::OnTime })
         })
         .collect();
-    let run = RunRecord { mode: "enforce".into(), jobs, timeline: Vec::new(), static_rates: Vec::new() };
+    let run =
+        RunRecord { mode: "enforce".into(), jobs, timeline: Vec::new(), static_rates: Vec::new(), telemetry: None };
     let report = DrillReport::build(&w, 1, 1.0, &[run]);
     let enforce = report.mode("enforce").unwrap();
     let interactive = enforce.class("interactive").unwrap().phases.get(Phase::Injected);
@@ -394,7 +395,7 @@ fn each_tenant_is_counted_on_its_own() {
         job(1, Outcome::Late),
         job(1, Outcome::Unfinished),
     ];
-    let run = RunRecord { mode: "off".into(), jobs, timeline: Vec::new(), static_rates: Vec::new() };
+    let run = RunRecord { mode: "off".into(), jobs, timeline: Vec::new(), static_rates: Vec::new(), telemetry: None };
     let report = DrillReport::build(&w, 1, 1.0, &[run]);
     let tenants: Vec<_> = report.modes[0]
         .tenants

@@ -174,6 +174,7 @@ mod tests {
                 budget(0, 2100.0, 8.0),
             ],
             static_rates: vec![],
+            telemetry: None,
         }
     }
 

@@ -3,10 +3,12 @@
 //! With `[backend] workers = W` configured, the capacity is W: W workers
 //! give W worker-seconds each second, whatever the jobs' sizes (the sizes
 //! are in each class's mean service time, which turns worker-seconds into
-//! jobs). Without it, the capacity is learnt from what the servers report:
-//! each completion costs its service time, so `Σ completions/s × mean
-//! service` is the work done per second, and while a real backlog stands
-//! the workers are all busy, so the work done *is* the capacity. The learnt
+//! jobs). Without it, the capacity is learnt from what the servers report
+//! of the workers in use ([`busy_workers`]): the requests a scraped server
+//! says it is running now (each holds a worker), or else, from completions,
+//! `completions/s × mean service` (each completion cost its service time).
+//! While a real backlog stands the workers are all busy, so the workers in
+//! use *are* the capacity. The learnt
 //! figure averages the backlogged ticks (time constant
 //! [`LEARN_TIME_CONSTANT_S`]: one tick's reading of the work done is noisy),
 //! without a backlog it never stays below work seen done, and while
@@ -41,6 +43,17 @@ impl CapacitySource {
             CapacitySource::Configured => "configured",
             CapacitySource::MaxRates => "max rates",
         }
+    }
+}
+
+/// Worker-seconds per second one class uses: the running requests a
+/// scrape reports, when it gives them (a gauge, exact and live), else the
+/// work its completions did (`drain rate × mean service`, which a
+/// histogram's coarse buckets can overstate).
+pub fn busy_workers(running: Option<u64>, drain_rate_per_s: Option<f64>, mean_service_ms: f64) -> f64 {
+    match running {
+        Some(running) => running as f64,
+        None => drain_rate_per_s.unwrap_or(0.0) * mean_service_ms / 1000.0,
     }
 }
 

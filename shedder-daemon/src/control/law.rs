@@ -274,6 +274,7 @@ mod tests {
             predicted_wait_ms: None,
             queue_depth: None,
             drain_rate_per_s: None,
+            running: None,
             queue_term_ms: 0.0,
             service_p95_ms: 0.0,
             service_term_ms: 0.0,

@@ -15,8 +15,9 @@
 //! Every controlled class shares one backend (the host's inference server).
 //!
 //! * **Capacity** ([`capacity`]), in worker-seconds per second: `[backend]
-//!   workers`, else learnt from the work done while a backlog stands, else
-//!   no limit of its own.
+//!   workers`, else learnt from the workers in use (a scraped running
+//!   count, or completions × service time) while a backlog stands, else no
+//!   limit of its own.
 //! * **Demand**, per class: jobs offered per second (new connections seen by
 //!   the fast path) × the class's mean service time: what it would cost if
 //!   all were admitted. Jobs cost their service time whether or not they
@@ -480,7 +481,8 @@ pub struct CapacityPlan {
     pub source: Option<CapacitySource>,
     /// What the law leaves for admission after its cuts (≤ `capacity`).
     pub effective: f64,
-    /// Work done per second, measured from completions.
+    /// Workers in use, worker-seconds per second: scraped running counts,
+    /// else completions × mean service (see [`capacity::busy_workers`]).
     pub busy: f64,
     /// Work offered per second by the controlled classes.
     pub demand: f64,
@@ -667,12 +669,9 @@ impl Controller {
         // Jobs/s a class brings: what it offered, or what got in if more.
         let asked = |name: &str| rate_of(input.offered, name).max(rate_of(input.admitted, name));
 
-        // The capacity model: work done, and whether a backlog stands.
-        let busy: f64 = self
-            .policies
-            .keys()
-            .map(|name| slacks[name].drain_rate_per_s.unwrap_or(0.0) * slacks[name].mean_service_ms / 1000.0)
-            .sum();
+        // The capacity model: workers in use, and whether a backlog stands.
+        let busy: f64 =
+            slacks.values().map(|s| capacity::busy_workers(s.running, s.drain_rate_per_s, s.mean_service_ms)).sum();
         let backlogged = slacks.values().any(|s| s.has_evidence() && s.queue_term_ms > backlog_ms(&p, s));
         let limiting = self.plan.demand > self.plan.effective;
         self.capacity.update(busy, backlogged, limiting, dt_s);

@@ -67,6 +67,9 @@ pub struct Slack {
     pub predicted_wait_ms: Option<f64>,
     pub queue_depth: Option<u64>,
     pub drain_rate_per_s: Option<f64>,
+    /// Jobs being served now, from a scraped server's running gauge, while
+    /// its live inputs can be trusted (not stale, no older than a depth).
+    pub running: Option<u64>,
     /// The queue term the slack used: the larger of the p95 and the prediction.
     pub queue_term_ms: f64,
     /// Reported; the slack uses `service_term_ms`.
@@ -202,11 +205,10 @@ pub fn slack(policy: &ClassPolicy, estimate: Option<&ClassEstimate>, p: &Control
         (Some(d), Some(r)) => Some(d as f64 / r * 1000.0),
         _ => None,
     };
-    // A scraped server's own live estimate, while its gauges can be trusted.
-    let live = estimate
-        .and_then(|e| e.live.predicted_queue_age_ms)
-        .filter(|g| !stale.any() && g.age_ms <= p.depth_max_age_ms)
-        .map(|g| g.value);
+    // A scraped server's own live figures, while its gauges can be trusted.
+    let trusted = |age_ms: u64| !stale.any() && age_ms <= p.depth_max_age_ms;
+    let live = estimate.and_then(|e| e.live.predicted_queue_age_ms).filter(|g| trusted(g.age_ms)).map(|g| g.value);
+    let running = estimate.and_then(|e| e.live.running).filter(|g| trusted(g.age_ms)).map(|g| g.value);
     let predicted_wait_ms = match (littles_law, live) {
         (Some(a), Some(b)) => Some(a.max(b)),
         (a, b) => a.or(b),
@@ -235,6 +237,7 @@ pub fn slack(policy: &ClassPolicy, estimate: Option<&ClassEstimate>, p: &Control
         predicted_wait_ms,
         queue_depth: depth,
         drain_rate_per_s: drain,
+        running,
         queue_term_ms: queue_term,
         service_p95_ms: curve.quantile(0.95),
         service_term_ms: service_term,

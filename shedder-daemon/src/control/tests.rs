@@ -481,3 +481,36 @@ fn a_class_whose_window_empties_keeps_the_cost_last_measured() {
         assert!(rate < 2.0 * limited, "tick {t}: {rate}/s against {limited}/s while measured");
     }
 }
+
+#[test]
+fn the_capacity_is_learnt_from_a_scraped_running_count_as_from_completions() {
+    // One class, no configured workers, a standing backlog (queue p95 2 s).
+    // (case, running gauge: (value, age ms, frozen), worker-s/s from
+    // completions × mean service, learnt capacity)
+    let cases = [
+        ("pushed samples: completions x mean service", None, 6.0, 6.0),
+        ("a scrape's running gauge", Some((6, 100, false)), 0.0, 6.0),
+        ("the running gauge over a drain that coarse buckets overstate", Some((6, 100, false)), 12.0, 6.0),
+        ("frozen gauges: back to completions", Some((6, 100, true)), 3.0, 3.0),
+        ("a running gauge older than a depth may be: back to completions", Some((6, 2_500, false)), 3.0, 3.0),
+    ];
+    for (case, running, from_completions, learnt) in cases {
+        let policies = BTreeMap::from([("interactive".to_string(), adaptive(1.0, 100.0, false))]);
+        let mut c = Controller::new(ControlParams::default(), policies).unwrap();
+        let mut e = estimate("interactive", 2_000.0, 600.0);
+        e.drain_rate_per_s = Some(from_completions * 1000.0 / e.service_curve.mean_ms).filter(|r| *r > 0.0);
+        if let Some((value, age_ms, frozen)) = running {
+            e.live.running = Some(Gauge { value, age_ms });
+            e.live.gauges_frozen = Some(Gauge { value: frozen, age_ms: 100 });
+        }
+        let estimates = BTreeMap::from([("interactive".to_string(), e)]);
+        tick(&mut c, ms(1_000), &estimates, &[], &admitted(30.0));
+        let plan = c.capacity_plan();
+        assert_eq!(plan.source, Some(CapacitySource::Learnt), "{case}");
+        assert!(
+            (plan.capacity - learnt).abs() < 1e-9,
+            "{case}: learnt {} worker-s/s, expected {learnt}",
+            plan.capacity
+        );
+    }
+}

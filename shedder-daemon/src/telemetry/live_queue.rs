@@ -3,10 +3,11 @@
 //!
 //! # Why
 //!
-//! vLLM and SGLang record a request's queue time when the request
-//! *finishes*: a queue-age quantile taken from those histograms lags by a
-//! whole service time, and requests aborted by their clients (exactly the
-//! ones that time out under overload) are never recorded at all. The
+//! vLLM records a request's queue time when the request *finishes* (SGLang
+//! when it is scheduled): a queue-age quantile taken from those histograms
+//! lags by a whole service time (or by the wait itself), and requests
+//! aborted by their clients while they wait (exactly the ones that time out
+//! under overload) are never recorded at all. The
 //! waiting and running gauges and the finished-request counters are live.
 //!
 //! # The estimate
@@ -28,7 +29,7 @@
 //! The running count enters through the same law on the batch
 //! (`running = λ·S`: the service time the throughput implies); it does not
 //! move the queue's estimate, and is reported beside it for the capacity
-//! model.
+//! model (the workers in use, [`crate::control::capacity::busy_workers`]).
 //!
 //! Aborted requests leave the queue too. Exporters that count them (vLLM's
 //! `finished_reason="abort"`, SGLang's aborted-requests counter) have them in

@@ -23,6 +23,7 @@ use tokio::{
 };
 
 use crate::{
+    exporter::Exporter,
     frontend::FrontendPool,
     http::{Request, Response, read_head},
     peer::{Load, Peer},
@@ -55,26 +56,30 @@ struct Server {
     load: Arc<Load>,
     peer: Peer,
     frontend: Option<Arc<FrontendPool>>,
+    exporter: Option<Arc<Exporter>>,
 }
 
 impl Backend {
     /// Serves `listeners` (one per class, in the workload's order; created in
-    /// the server namespace with saved SYNs) on the current tokio runtime.
+    /// the server namespace with saved SYNs) on the current tokio runtime;
+    /// with an `exporter`, tells it of every job queued and served instead
+    /// of pushing samples.
     pub fn start(
         ctx: Arc<RunContext>,
         listeners: Vec<TcpListener>,
         admission: Admission,
         peer: Peer,
+        exporter: Option<Arc<Exporter>>,
     ) -> anyhow::Result<Self> {
         let mut tasks = JoinSet::new();
         let (queue, waiting) = mpsc::unbounded_channel();
         let load = Arc::new(Load::default());
-        workers::start(&mut tasks, ctx.clone(), waiting, admission, peer, load.clone());
+        workers::start(&mut tasks, ctx.clone(), waiting, admission, peer, load.clone(), exporter.clone());
         let frontend = match &ctx.scaled.frontend {
             Some(f) => Some(FrontendPool::start(Duration::from_secs_f64(f.cost_ms / 1000.0), f.threads)?),
             None => None,
         };
-        let server = Arc::new(Server { ctx, queue, load, peer, frontend });
+        let server = Arc::new(Server { ctx, queue, load, peer, frontend, exporter });
         for listener in listeners {
             let listener = tokio::net::TcpListener::from_std(listener).context("registering a listener")?;
             let server = server.clone();
@@ -117,6 +122,9 @@ impl Server {
         } else {
             let (reply, answer) = oneshot::channel();
             self.load.enqueued();
+            if let Some(exporter) = &self.exporter {
+                exporter.queued(job.class);
+            }
             let queued = QueuedJob {
                 id: request.job,
                 attempt: request.attempt,

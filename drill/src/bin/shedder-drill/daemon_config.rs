@@ -15,7 +15,10 @@
 //! * the class's `tier` and `weight`, and `[backend] workers` = W: the
 //!   controller's capacity until it has measured the backend;
 //! * `mark_dscp` (for `action = "mark"`): [`MARK_DSCP`], which the backend
-//!   answers with 503 and which no hedge may use.
+//!   answers with 503 and which no hedge may use;
+//! * when the daemon scrapes the backend: one `[[scrape]]` of the
+//!   exporter's kind at its `/metrics`, each class its own model, scraped
+//!   every workload second (the daemon's default interval, × K).
 
 use anyhow::Context as _;
 use shedder_daemon::config::Config;
@@ -41,9 +44,16 @@ impl DaemonMode {
 /// Name of the class for SYNs no rule selects (nothing in the drill sends any).
 const DEFAULT_CLASS: &str = "unclassified";
 
+/// A `[[scrape]]` target: the backend's exporter.
+pub struct Scrape {
+    /// The daemon's scrape kind (`vllm`, `sglang`).
+    pub kind: &'static str,
+    pub url: String,
+}
+
 /// The config text for `scaled` (the workload already at time scale `k`),
 /// validated as the daemon will validate it.
-pub fn daemon_config(scaled: &Workload, mode: DaemonMode, k: f64) -> anyhow::Result<String> {
+pub fn daemon_config(scaled: &Workload, mode: DaemonMode, k: f64, scrape: Option<&Scrape>) -> anyhow::Result<String> {
     let mut root = Table::new();
     root.insert("mode".into(), mode.name().into());
     root.insert("default_class".into(), DEFAULT_CLASS.into());
@@ -91,11 +101,20 @@ pub fn daemon_config(scaled: &Workload, mode: DaemonMode, k: f64) -> anyhow::Res
             ("tick_ms", scaled_ms(100.0, k).into()),
             ("hold_ms", scaled_ms(500.0, k).into()),
             ("depth_max_age_ms", scaled_ms(2_000.0, k).into()),
+            ("stale_after_ms", scaled_ms(3_000.0, k).into()),
             // A fraction of max_rate per second: per scaled second it is 1/K as much.
             ("recovery_per_s", (0.05 / k).into()),
         ])
         .into(),
     );
+
+    if let Some(scrape) = scrape {
+        root.insert("scrape_interval_ms".into(), scaled_ms(1_000.0, k).into());
+        let models: Table = scaled.classes.iter().map(|c| (c.name.clone(), Value::from(c.name.clone()))).collect();
+        let target =
+            table([("url", scrape.url.clone().into()), ("kind", scrape.kind.into()), ("models", models.into())]);
+        root.insert("scrape".into(), Value::Array(vec![Value::Table(target)]));
+    }
 
     let text = toml::to_string(&root)?;
     let config = Config::parse(&text).context("the generated daemon config does not parse")?;
@@ -120,7 +139,7 @@ mod tests {
     fn the_seed_workload_gives_a_config_the_daemon_accepts_at_every_usual_scale() {
         let workload = Workload::from_toml_str(include_str!("../../../workloads/seed.toml")).unwrap();
         for k in [0.1, 0.2, 0.25, 1.0] {
-            let text = daemon_config(&workload.scaled(k), DaemonMode::Enforce, k).unwrap();
+            let text = daemon_config(&workload.scaled(k), DaemonMode::Enforce, k, None).unwrap();
             let config = Config::parse(&text).unwrap();
             let class = config.classes.iter().find(|c| c.name == "interactive").unwrap();
             assert_eq!(class.deadline_ms, Some(3000.0 * k));
@@ -133,7 +152,7 @@ mod tests {
     #[test]
     fn tiers_and_weights_reach_the_daemon() {
         let workload = Workload::from_toml_str(include_str!("../../../workloads/two-tiers.toml")).unwrap();
-        let config = Config::parse(&daemon_config(&workload, DaemonMode::Enforce, 0.25).unwrap()).unwrap();
+        let config = Config::parse(&daemon_config(&workload, DaemonMode::Enforce, 0.25, None).unwrap()).unwrap();
         let summary: Vec<(String, String, Option<f64>)> = config
             .classes
             .iter()
@@ -145,10 +164,24 @@ mod tests {
     }
 
     #[test]
+    fn a_scraping_daemon_gets_the_backend_as_its_target_at_the_run_s_pace() {
+        let workload = Workload::from_toml_str(include_str!("../../../workloads/two-tiers.toml")).unwrap();
+        let scrape = Scrape { kind: "vllm", url: "http://127.0.0.1:9000/metrics".into() };
+        let config =
+            Config::parse(&daemon_config(&workload, DaemonMode::Enforce, 0.25, Some(&scrape)).unwrap()).unwrap();
+        assert_eq!(config.scrape_interval_ms, 250);
+        assert_eq!(config.control.stale_after_ms, 750);
+        let target = &config.scrapes[0];
+        assert_eq!((target.url.as_str(), target.kind.as_str()), ("http://127.0.0.1:9000/metrics", "vllm"));
+        let models: Vec<(&str, &str)> = target.models.iter().map(|(m, c)| (m.as_str(), c.as_str())).collect();
+        assert_eq!(models, [("batch", "batch"), ("interactive", "interactive")]);
+    }
+
+    #[test]
     fn a_marking_class_gets_the_drill_mark_codepoint() {
         let text = include_str!("../../../workloads/seed.toml").replace("action = \"reject\"", "action = \"mark\"");
         let workload = Workload::from_toml_str(&text).unwrap();
-        let config = Config::parse(&daemon_config(&workload, DaemonMode::Enforce, 1.0).unwrap()).unwrap();
+        let config = Config::parse(&daemon_config(&workload, DaemonMode::Enforce, 1.0, None).unwrap()).unwrap();
         let class = config.classes.iter().find(|c| c.name == "interactive").unwrap();
         assert_eq!(class.mark_dscp, Some(MARK_DSCP));
     }

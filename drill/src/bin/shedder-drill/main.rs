@@ -19,6 +19,7 @@ mod backend;
 mod control;
 mod daemon;
 mod daemon_config;
+mod exporter;
 mod frontend;
 mod hedge;
 mod http;
@@ -30,6 +31,7 @@ mod progress;
 mod retry;
 mod run_context;
 mod samples;
+mod telemetry;
 mod tenants;
 mod timeline;
 mod workers;
@@ -52,6 +54,7 @@ use tokio::{
 use crate::{
     modes::{Interrupted, Mode, Setup, record_path, run_mode},
     retry::RetryMode,
+    telemetry::Telemetry,
 };
 
 #[derive(Parser)]
@@ -89,6 +92,11 @@ struct Args {
     /// How clients retry; the workload's `client.retry` by default.
     #[arg(long, value_enum)]
     retry: Option<RetryMode>,
+    /// How the daemon learns about the backend: samples pushed over the
+    /// control socket, or a scrape of the backend's vLLM- or SGLang-format
+    /// `/metrics`. The backend asks `admit` either way.
+    #[arg(long, value_enum, default_value_t = Telemetry::Push)]
+    telemetry: Telemetry,
 }
 
 fn main() {
@@ -167,13 +175,21 @@ fn run_workload(
     };
     let runs_dir = out.join("runs");
     std::fs::create_dir_all(&runs_dir).with_context(|| format!("creating {}", runs_dir.display()))?;
-    let setup =
-        Setup { workload, time_scale: args.time_scale, seed: args.seed, retry, daemon: args.daemon.clone(), runs_dir };
+    let setup = Setup {
+        workload,
+        time_scale: args.time_scale,
+        seed: args.seed,
+        retry,
+        telemetry: args.telemetry,
+        daemon: args.daemon.clone(),
+        runs_dir,
+    };
     println!(
-        "shedder drill: {label} at time scale {} (seed {}), modes {}",
+        "shedder drill: {label} at time scale {} (seed {}), modes {}, daemon telemetry {}",
         args.time_scale,
         args.seed,
-        args.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(",")
+        args.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(","),
+        args.telemetry.name()
     );
     let mut records = Vec::new();
     for &mode in &args.modes {

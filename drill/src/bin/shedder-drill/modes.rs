@@ -23,13 +23,15 @@ use tokio::{runtime::Runtime, sync::watch, task::JoinSet};
 use crate::{
     backend::Backend,
     daemon::{Daemon, STOP_GRACE},
-    daemon_config::{DaemonMode, daemon_config},
+    daemon_config::{DaemonMode, Scrape, daemon_config},
+    exporter::{self, Exporter},
     loadgen::run_load,
     nft,
     peer::Peer,
     progress::{Progress, Tally},
     retry::{RetryMode, RetryPolicy},
     run_context::RunContext,
+    telemetry::Telemetry,
     tenants, timeline,
     workers::Admission,
 };
@@ -85,6 +87,8 @@ pub struct Setup {
     pub time_scale: f64,
     pub seed: u64,
     pub retry: RetryMode,
+    /// How a daemon learns about the backend.
+    pub telemetry: Telemetry,
     pub daemon: PathBuf,
     /// Where the runs' records go, and a daemon mode's config and log (`<mode>/`).
     pub runs_dir: PathBuf,
@@ -105,7 +109,7 @@ pub fn run_mode(rt: &Runtime, mode: Mode, setup: &Setup, stop: &watch::Receiver<
         .collect::<anyhow::Result<Vec<_>>>()?;
 
     let mut static_rates = Vec::new();
-    let (mut _client_pass, mut daemon) = (None, None);
+    let (mut _client_pass, mut daemon, mut scraped) = (None, None, None);
     match mode {
         Mode::Off | Mode::QueueCap | Mode::QueueTimeout | Mode::Saturation => {}
         Mode::Static => {
@@ -118,7 +122,19 @@ pub fn run_mode(rt: &Runtime, mode: Mode, setup: &Setup, stop: &watch::Receiver<
             // veth delivers XDP_TX'd frames (shedder's RSTs) only to a peer that runs XDP itself.
             _client_pass = Some(testbed.attach_client_pass()?);
             let daemon_mode = if mode == Mode::Enforce { DaemonMode::Enforce } else { DaemonMode::Observe };
-            let config = daemon_config(&scaled, daemon_mode, setup.time_scale)?;
+            // The exporter listens beside the daemon, on the server's loopback.
+            let exporter = match setup.telemetry.exporter() {
+                Some(format) => {
+                    let listener = testbed.listen(SocketAddr::from(([127, 0, 0, 1], 0)), false)?;
+                    let url = format!("http://{}/metrics", listener.local_addr()?);
+                    let models = scaled.classes.iter().map(|c| c.name.clone()).collect();
+                    let exporter = Exporter::new(format, models, scaled.worker_count, setup.time_scale);
+                    scraped = Some((Arc::new(exporter), listener));
+                    Some(Scrape { kind: format.scrape_kind(), url })
+                }
+                None => None,
+            };
+            let config = daemon_config(&scaled, daemon_mode, setup.time_scale, exporter.as_ref())?;
             let dir = setup.runs_dir.join(mode.name());
             std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
             let socket =
@@ -134,8 +150,12 @@ pub fn run_mode(rt: &Runtime, mode: Mode, setup: &Setup, stop: &watch::Receiver<
 
     let ctx = Arc::new(RunContext::new(&setup.workload, setup.time_scale, setup.seed, LEAD));
     let _runtime = rt.enter();
-    let backend = Backend::start(ctx.clone(), listeners, admission, mode.peer(scaled.worker_count))?;
+    let exporter = scraped.as_ref().map(|(exporter, _)| exporter.clone());
+    let backend = Backend::start(ctx.clone(), listeners, admission, mode.peer(scaled.worker_count), exporter)?;
     let mut tasks = JoinSet::new();
+    if let Some((exporter, listener)) = scraped {
+        exporter::start(&mut tasks, exporter, listener, setup.time_scale)?;
+    }
     let timeline = match &daemon {
         Some(d) => timeline::start(&mut tasks, ctx.clone(), d.socket.clone()),
         None => Arc::new(Mutex::new(Vec::new())),
@@ -185,7 +205,8 @@ pub fn run_mode(rt: &Runtime, mode: Mode, setup: &Setup, stop: &watch::Receiver<
         eprintln!("shedder-drill: the {} daemon did not exit on SIGINT; it was killed", mode.name());
     }
     let timeline: Vec<TimelinePoint> = std::mem::take(&mut timeline.lock().unwrap());
-    Ok(RunRecord { mode: mode.name().to_string(), jobs, timeline, static_rates })
+    let telemetry = matches!(mode, Mode::Observe | Mode::Enforce).then(|| setup.telemetry.name().to_string());
+    Ok(RunRecord { mode: mode.name().to_string(), jobs, timeline, static_rates, telemetry })
 }
 
 /// A stop signal ended the run; everything it set up has been removed.

@@ -8,7 +8,9 @@
 //! `reject_budget`, `reject_stale`) is answered with the status the daemon
 //! chose (503 unless it says otherwise), its reason and Retry-After, without
 //! doing the work, and counted as the daemon's refusal (`reject_deadline`); in `observe` the answer is only recorded. A served job sleeps its planned service
-//! time, and its queue age and service time go to the daemon as a sample.
+//! time, and its queue age and service time go to the daemon as a sample,
+//! or, when the daemon scrapes, to the backend's exporter
+//! ([`crate::exporter`]), which also hears of every start and refusal.
 
 use std::{
     collections::VecDeque,
@@ -26,6 +28,7 @@ use tokio::{
 use crate::{
     backend::QueuedJob,
     control::ControlClient,
+    exporter::Exporter,
     http::Response,
     peer::{Load, Peer},
     run_context::RunContext,
@@ -52,7 +55,8 @@ impl Admission {
     }
 }
 
-/// Starts W workers on `queue` (and, with a daemon, the sample pusher) in `tasks`.
+/// Starts W workers on `queue` (and, with a daemon that is not scraping
+/// `exporter`, the sample pusher) in `tasks`.
 pub fn start(
     tasks: &mut JoinSet<()>,
     ctx: Arc<RunContext>,
@@ -60,10 +64,14 @@ pub fn start(
     admission: Admission,
     peer: Peer,
     load: Arc<Load>,
+    exporter: Option<Arc<Exporter>>,
 ) {
     let queue = Arc::new(AsyncMutex::new(queue));
     let recent = Arc::new(RecentService::new(&ctx));
-    let pusher = admission.socket().map(|socket| SamplePusher::start(tasks, &ctx, socket));
+    let pusher = match &exporter {
+        Some(_) => None,
+        None => admission.socket().map(|socket| SamplePusher::start(tasks, &ctx, socket)),
+    };
     for _ in 0..ctx.scaled.worker_count {
         let worker = Worker {
             ctx: ctx.clone(),
@@ -72,6 +80,7 @@ pub fn start(
             admit: admission.socket().map(|s| ControlClient::new(s)),
             enforce: matches!(admission, Admission::Enforce(_)),
             pusher: pusher.clone(),
+            exporter: exporter.clone(),
             peer,
             load: load.clone(),
         };
@@ -86,6 +95,7 @@ struct Worker {
     admit: Option<ControlClient>,
     enforce: bool,
     pusher: Option<SamplePusher>,
+    exporter: Option<Arc<Exporter>>,
     peer: Peer,
     load: Arc<Load>,
 }
@@ -115,7 +125,14 @@ impl Worker {
                 .header("X-Drill-Slack-Ms", format!("{slack_ms:.3}"))
         };
 
+        let exporter = self.exporter.clone();
+        let abort = || {
+            if let Some(exporter) = &exporter {
+                exporter.aborted(planned.class);
+            }
+        };
         if let Some(reason) = self.peer.on_dequeue(queue_age_ms, class.deadline_ms) {
+            abort();
             return figures(Response::new(503)).header("X-Drill-Reason", reason);
         }
         if let Some(verdict) = self.ask_admit(job, &class.name, deadline_ms, start_ms, queue_age_ms).await {
@@ -130,6 +147,7 @@ impl Worker {
                     verdict["verdict"].as_str().unwrap_or("?"),
                     verdict["reason"].as_str().unwrap_or("no capacity")
                 );
+                abort();
                 return figures(Response::new(status))
                     .header("X-Drill-Reason", "reject_deadline")
                     .header("X-Drill-Detail", detail)
@@ -137,10 +155,16 @@ impl Worker {
             }
         }
 
+        if let Some(exporter) = &exporter {
+            exporter.started(planned.class, queue_age_ms / 1000.0);
+        }
         tokio::time::sleep(Duration::from_secs_f64(planned.service_ms / 1000.0)).await;
         let done_ms = ctx.now_ms();
         let service_ms = done_ms - start_ms;
         self.recent.record(planned.class, done_ms, service_ms);
+        if let Some(exporter) = &exporter {
+            exporter.finished(planned.class, queue_age_ms / 1000.0, service_ms / 1000.0);
+        }
         if let Some(pusher) = &self.pusher {
             let late_by = done_ms - deadline_ms;
             pusher.push(json!({

@@ -1,74 +1,71 @@
 //! An interval's histogram (bucket counts and `_sum` grown since the last
-//! scrape) turned into weighted observations that never under-report.
+//! scrape) turned into weighted observations that never under-report a
+//! bucket's jobs.
 //!
-//! # Finite buckets
+//! # Each bucket at the largest mean `_sum` allows
 //!
-//! Each bucket's count becomes one observation at the bucket's **upper
-//! bound** (`le`), in ms: every job in it waited at most that long, so
-//! quantiles taken from these observations are never below the true ones,
-//! and at most one bucket width above them.
-//!
-//! # The `+Inf` bucket, bounded by `_sum`
-//!
-//! Jobs past the last finite bound `b` have no upper bound in the buckets,
-//! but `_sum` bounds their mass. Every job in a finite bucket took more than
-//! that bucket's lower bound (`0` for the first), so
+//! A bucket's jobs took more than its lower bound (`0` for the first, the
+//! last finite bound for `+Inf`) and at most its upper bound (`le`). Every
+//! job's time beyond its bucket's lower bound adds up to
 //!
 //! ```text
-//! tail_sum ≤ Δsum − Σ_finite count_i × lower_i
+//! excess = Δsum − Σ_buckets count_i × lower_i
 //! ```
 //!
-//! The `+Inf` jobs are placed at `max(b, tail_sum_bound / tail_count)`: the
-//! largest mean their mass allows, and never below `b`, which they exceeded.
-//! Their total is then at least their true total, so a long tail is never
-//! reported as shorter than `_sum` proves it was (vLLM v0's buckets end at
-//! 60 s, and newer vLLM lets users choose buckets). A single `+Inf` job is
-//! placed at its exact upper bound; of several, one may exceed the mean.
-//! Without a usable `_sum` (absent, or inconsistent after a race) the tail is
-//! placed at `b`, the most that can be said.
+//! and all of it could belong to one bucket, so bucket i's jobs average at
+//! most `lower_i + excess / count_i`. Each bucket's jobs become one
+//! observation at
+//!
+//! ```text
+//! min(upper_i, lower_i + excess / count_i)
+//! ```
+//!
+//! never below their true mean, so their placed total is never below their
+//! true total: the work they did is not under-reported, and a long tail in
+//! `+Inf` (no upper bound: vLLM v0's buckets end at 60 s, newer vLLM lets
+//! users choose buckets) is placed at the largest mean its mass allows,
+//! never below the bound it passed. A quantile taken from the observations
+//! is at most one bucket width from the true one: above it, or below it by
+//! less than the spread of the jobs inside its bucket. Without `_sum`'s help
+//! the buckets' upper bounds would stand for every job: with coarse buckets
+//! (vLLM's first latency bucket ends at 0.3 s) a queue that never formed
+//! would read as 0.3 s, and 120 ms jobs as 300 ms ones. Without a usable
+//! `_sum` (absent, or below what the buckets' lower bounds already account
+//! for, after a race) each finite bucket is placed at its upper bound and
+//! `+Inf` at the last finite bound, the most that can be said.
 
 use super::exposition::Histogram;
 
 /// Interval histogram → one `(ms, count)` per bucket that gained jobs (see
-/// the module's documentation for `+Inf`); nothing when there is no finite
-/// bound.
+/// the module's documentation); nothing when there is no finite bound.
 pub(super) fn bucket_observations(interval: &Histogram) -> Vec<(f64, u64)> {
     let Some(last_finite) = interval.buckets.iter().map(|(le, _)| *le).rfind(|le| le.is_finite()) else {
         return Vec::new();
     };
-    let mut below = 0.0;
-    let mut lower_bound = 0.0;
-    // Σ count × lower bound over the finite buckets: the least their jobs took.
-    let mut finite_floor = 0.0;
-    let mut observations = Vec::new();
+    // (lower bound, upper bound, jobs) per bucket that gained any.
+    let mut buckets = Vec::new();
+    let (mut below, mut lower) = (0.0, 0.0);
     for &(le, up_to) in &interval.buckets {
         // Cumulative counts never shrink with `le`; clamp exporter races.
         let in_bucket = (up_to - below).max(0.0);
         below = f64::max(below, up_to);
-        let count = in_bucket.round() as u64;
-        if count == 0 {
-            lower_bound = le;
-            continue;
+        if in_bucket.round() >= 1.0 {
+            buckets.push((lower, le, in_bucket));
         }
-        let seconds = if le.is_finite() {
-            finite_floor += in_bucket * lower_bound;
-            le
-        } else {
-            tail_bound(interval.sum, finite_floor, in_bucket, last_finite)
-        };
-        observations.push((seconds_to_ms(seconds), count));
-        lower_bound = le;
+        lower = le;
     }
-    observations
-}
-
-/// Where `tail_count` jobs past `last_finite` go: the largest mean that
-/// `sum` allows once the finite buckets' least mass is taken out.
-fn tail_bound(sum: Option<f64>, finite_floor: f64, tail_count: f64, last_finite: f64) -> f64 {
-    match sum {
-        Some(sum) if sum.is_finite() && tail_count > 0.0 => ((sum - finite_floor) / tail_count).max(last_finite),
-        _ => last_finite,
-    }
+    let floor: f64 = buckets.iter().map(|(lower, _, n)| lower * n).sum();
+    let excess = interval.sum.map(|sum| sum - floor).filter(|excess| excess.is_finite() && *excess >= 0.0);
+    buckets
+        .into_iter()
+        .map(|(lower, upper, n)| {
+            let seconds = match excess {
+                Some(excess) => upper.min(lower + excess / n),
+                None => upper.min(last_finite),
+            };
+            (seconds_to_ms(seconds), n.round() as u64)
+        })
+        .collect()
 }
 
 /// Seconds to milliseconds, to the microsecond, so `0.3` s is `300.0` ms.
@@ -160,6 +157,28 @@ mod tests {
         assert!(placed >= 200.0, "{placed}");
         // One job in +Inf: its exact upper bound.
         assert_eq!(bucket_observations(&h(&[(60.0, 0.0), (INF, 1.0)], Some(75.0))), vec![(75_000.0, 1)]);
+    }
+
+    #[test]
+    fn the_sum_pulls_a_bucket_down_to_the_largest_mean_it_allows() {
+        // (case, cumulative buckets, _sum, placed)
+        let cases = [
+            // vLLM's 0.3 s first bucket: 30 jobs that hardly queued (2 ms each).
+            ("a queue that never formed", vec![(0.3, 30.0), (0.5, 30.0), (INF, 30.0)], 0.06, vec![(2.0, 30)]),
+            // 26 jobs of 120 ms and 4 of 400 ms: the 4 took at least 0.3 s
+            // each, so the 26 average at most (4.72 − 1.2) / 26 s; the 4 could
+            // hold all the excess, so they stay at their bound.
+            ("a busy first bucket", vec![(0.3, 26.0), (0.5, 30.0), (INF, 30.0)], 4.72, vec![(135.385, 26), (500.0, 4)]),
+            // SGLang's queue buckets start at 0: those jobs did not wait.
+            ("a bucket ending at 0", vec![(0.0, 8.0), (0.1, 10.0), (INF, 10.0)], 0.1, vec![(0.0, 8), (50.0, 2)]),
+        ];
+        for (case, cumulative, sum, placed) in cases {
+            let observations = bucket_observations(&h(&cumulative, Some(sum)));
+            assert_eq!(observations, placed, "{case}");
+            // Never below the true total.
+            let total: f64 = observations.iter().map(|(ms, n)| ms / 1000.0 * *n as f64).sum();
+            assert!(total >= sum - 1e-6, "{case}: placed {total} s of {sum} s");
+        }
     }
 
     #[test]
