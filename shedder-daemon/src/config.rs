@@ -10,6 +10,7 @@ use crate::{
     control::{Budget, ClassPolicy, ControlParams, Controller, Tier, safety},
     estimate::{ClassPrior, EstimatorParams, Estimators},
     telemetry::scrape::ScrapeTarget,
+    tenant::{TenantSpec, add_tenants, share::TenantPolicy},
 };
 use anyhow::Context as _;
 use ipnet::IpNet;
@@ -98,6 +99,9 @@ pub struct Config {
     pub classes: Vec<ClassSpec>,
     #[serde(rename = "rule", default)]
     pub rules: Vec<RuleSpec>,
+    /// Tenants, each charged besides its connections' classes (`[[tenant]]`).
+    #[serde(rename = "tenant", default, skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<TenantSpec>,
     /// The sliding-window estimators (`[estimator]`).
     #[serde(default)]
     pub estimator: EstimatorParams,
@@ -262,6 +266,8 @@ pub struct ControlSetup {
     pub priors: BTreeMap<String, ClassPrior>,
     pub scrapes: Vec<ScrapeTarget>,
     pub scrape_interval_ms: u64,
+    /// Each tenant's configured rate and weight, in the config's order.
+    pub tenants: Vec<TenantPolicy>,
 }
 
 /// Selects `class` by exactly one of the match fields.
@@ -308,6 +314,12 @@ pub struct Plan {
     pub src_v6: BTreeMap<(u32, [u8; 16]), RuleTarget>,
     pub dst_ports: BTreeMap<u16, RuleTarget>,
     pub dscp: BTreeMap<u8, RuleTarget>,
+    /// Slot `i` of the TENANTS map.
+    pub tenants: Vec<BucketParams>,
+    pub tenant_names: Vec<String>,
+    /// (prefix length, network address) -> tenant target (slot + 1).
+    pub tenant_v4: BTreeMap<(u32, [u8; 4]), RuleTarget>,
+    pub tenant_v6: BTreeMap<(u32, [u8; 16]), RuleTarget>,
 }
 
 impl Config {
@@ -365,6 +377,7 @@ impl Config {
             (!plan.dscp.is_empty(), rule_flags::DSCP),
         ];
         plan.global.rules_present = flags.iter().filter(|(on, _)| *on).fold(0, |acc, (_, bit)| acc | bit);
+        add_tenants(&mut plan, &self.tenants)?;
         Ok(plan)
     }
 }
@@ -440,6 +453,11 @@ impl Config {
             priors,
             scrapes: self.scrapes.clone(),
             scrape_interval_ms: self.scrape_interval_ms,
+            tenants: self
+                .tenants
+                .iter()
+                .map(|t| TenantPolicy { name: t.name.clone(), rate: t.rate, weight: t.weight })
+                .collect(),
         })
     }
 }
@@ -456,7 +474,7 @@ pub fn to_milli(tokens: f64) -> u64 {
     (tokens * MILLI).round() as u64
 }
 
-fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, ConfigError> {
+pub(crate) fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, ConfigError> {
     if value.is_nan() {
         return fail(field, "NaN is not a number");
     }

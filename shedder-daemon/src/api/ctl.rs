@@ -71,6 +71,20 @@ pub enum CtlOp {
         #[arg(long)]
         opportunistic: Option<bool>,
     },
+    /// Change some fields of one tenant, or add a tenant (which then needs
+    /// --cidrs, --rate and --burst).
+    SetTenant {
+        tenant: String,
+        /// Comma-separated source networks: 10.1.0.0/16,fd01::/64
+        #[arg(long, value_delimiter = ',')]
+        cidrs: Option<Vec<String>>,
+        #[arg(long, value_parser = parse_amount)]
+        rate: Option<f64>,
+        #[arg(long, value_parser = parse_amount)]
+        burst: Option<f64>,
+        #[arg(long, value_parser = parse_amount)]
+        weight: Option<f64>,
+    },
     /// The global mode, or one class's with --class.
     SetMode {
         /// off | observe | enforce (inherit, for a class)
@@ -226,6 +240,20 @@ pub fn request(op: &CtlOp) -> Result<Value, String> {
             }
             if let Some(v) = opportunistic {
                 set("opportunistic", json!(v));
+            }
+            r
+        }
+        CtlOp::SetTenant { tenant, cidrs, rate, burst, weight } => {
+            let mut r = json!({"op": "set_tenant", "tenant": tenant});
+            for (key, value) in [
+                ("cidrs", cidrs.as_ref().map(|c| json!(c))),
+                ("rate", rate.map(|v| json!(v))),
+                ("burst", burst.map(|v| json!(v))),
+                ("weight", weight.map(|v| json!(v))),
+            ] {
+                if let Some(value) = value {
+                    r[key] = value;
+                }
             }
             r
         }
@@ -493,6 +521,28 @@ fn status_table(a: &Value) -> String {
             num(&c["slack"]["slack_ms"], 0),
             num(&c["queue_age_p95_ms"], 0),
             num(&c["service_p95_ms"], 0),
+        );
+    }
+    let tenants = a["tenants"].as_array().into_iter().flatten();
+    for (i, t) in tenants.enumerate() {
+        if i == 0 {
+            out += &format!(
+                "{:<14} {:>9} {:>6} {:>9} {:>7} {:>7} {:>9} {:>11} {:>10}\n",
+                "tenant", "share/s", "weight", "rate/s", "burst", "tokens", "admitted", "over_tenant", "over_class"
+            );
+        }
+        let k = &t["counters"];
+        out += &format!(
+            "{:<14} {:>9} {:>6} {:>9} {:>7} {:>7} {:>9} {:>11} {:>10}\n",
+            t["name"].as_str().unwrap_or("?"),
+            tokens(&t["share"]),
+            tokens(&t["weight"]),
+            tokens(&t["rate"]),
+            tokens(&t["burst"]),
+            tokens(&t["tokens"]),
+            k["admitted"].to_string(),
+            k["over_tenant"].to_string(),
+            k["over_class"].to_string(),
         );
     }
     out

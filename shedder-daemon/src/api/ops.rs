@@ -8,13 +8,14 @@ use serde_json::{Value, json};
 use shedder_common::{classify::Mode, maps::Action};
 
 use super::protocol::{
-    Admit, ApiError, DEFAULT_MAX_QUEUE_AGE_MS, ErrorCode, PROTOCOL_VERSION, Request, SetClass, SetMode, ok,
+    Admit, ApiError, DEFAULT_MAX_QUEUE_AGE_MS, ErrorCode, PROTOCOL_VERSION, Request, SetClass, SetMode, SetTenant, ok,
 };
 use crate::{
     admit::{AdmitPolicy, AdmitRequest, QueueAge, admit},
     config::{Config, Plan},
     daemon::{ChangeError, Daemon},
     telemetry::samples::SampleError,
+    tenant::TenantSpec,
 };
 
 /// Most decisions one `decisions` answer carries.
@@ -30,6 +31,10 @@ pub fn handle(daemon: &mut Daemon, request: Request) -> Result<Value, ApiError> 
         }))),
         Request::SetClass(patch) => {
             let config = set_class(daemon.config(), &patch)?;
+            replace(daemon, config)
+        }
+        Request::SetTenant(patch) => {
+            let config = set_tenant(daemon.config(), &patch)?;
             replace(daemon, config)
         }
         Request::SetMode(SetMode { mode, class }) => {
@@ -130,6 +135,39 @@ pub fn set_class(config: &Config, patch: &SetClass) -> Result<Config, ApiError> 
     }
     if let Some(opportunistic) = patch.opportunistic {
         class.opportunistic = opportunistic;
+    }
+    Ok(config)
+}
+
+/// `config` with the patch applied to one tenant, or the tenant added (not
+/// yet validated).
+pub fn set_tenant(config: &Config, patch: &SetTenant) -> Result<Config, ApiError> {
+    let mut config = config.clone();
+    let tenant = match config.tenants.iter_mut().position(|t| t.name == patch.tenant) {
+        Some(i) => &mut config.tenants[i],
+        None => {
+            let (Some(cidrs), Some(rate), Some(burst)) = (&patch.cidrs, patch.rate, patch.burst) else {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidConfig,
+                    format!("no tenant is named {:?}; a new one needs cidrs, rate and burst", patch.tenant),
+                ));
+            };
+            let weight = patch.weight.unwrap_or(1.0);
+            config.tenants.push(TenantSpec { name: patch.tenant.clone(), cidrs: cidrs.clone(), rate, burst, weight });
+            return Ok(config);
+        }
+    };
+    if let Some(cidrs) = &patch.cidrs {
+        tenant.cidrs = cidrs.clone();
+    }
+    if let Some(rate) = patch.rate {
+        tenant.rate = rate;
+    }
+    if let Some(burst) = patch.burst {
+        tenant.burst = burst;
+    }
+    if let Some(weight) = patch.weight {
+        tenant.weight = weight;
     }
     Ok(config)
 }
@@ -256,6 +294,14 @@ pub fn plan_json(plan: &Plan) -> Value {
         "src_v6": plan.src_v6.iter().map(|((len, a), t)| json!([format!("{}/{len}", std::net::Ipv6Addr::from(*a)), target(t)])).collect::<Vec<_>>(),
         "dst_ports": plan.dst_ports.iter().map(|(p, t)| json!([p, target(t)])).collect::<Vec<_>>(),
         "dscp": plan.dscp.iter().map(|(d, t)| json!([d, target(t)])).collect::<Vec<_>>(),
+        "tenants": plan.tenant_names.iter().zip(&plan.tenants).map(|(name, b)| json!({
+            "name": name,
+            "rate_milli": b.rate_milli,
+            "burst_milli": b.burst_milli,
+            "coarse_clock": b.clock == shedder_common::bucket::clock::COARSE,
+        })).collect::<Vec<_>>(),
+        "tenant_v4": plan.tenant_v4.iter().map(|((len, a), t)| json!([format!("{}/{len}", std::net::Ipv4Addr::from(*a)), target(t)])).collect::<Vec<_>>(),
+        "tenant_v6": plan.tenant_v6.iter().map(|((len, a), t)| json!([format!("{}/{len}", std::net::Ipv6Addr::from(*a)), target(t)])).collect::<Vec<_>>(),
     })
 }
 
@@ -301,6 +347,24 @@ fn status(daemon: &Daemon) -> Result<Value, ApiError> {
             })
         })
         .collect();
+    let tenants: Vec<Value> = datapath
+        .tenant_snapshots()
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?
+        .iter()
+        .map(|s| {
+            let spec = daemon.config().tenants.iter().find(|t| t.name == s.name);
+            let c = &s.counters;
+            json!({
+                "name": s.name,
+                "share": spec.map(|t| t.rate),
+                "weight": spec.map(|t| t.weight),
+                "rate": s.bucket.rate_milli as f64 / 1000.0,
+                "burst": s.bucket.burst_milli as f64 / 1000.0,
+                "tokens": s.available_milli as f64 / 1000.0,
+                "counters": {"admitted": c.admitted, "over_tenant": c.over_tenant, "over_class": c.over_class},
+            })
+        })
+        .collect();
     let passed: serde_json::Map<String, Value> = datapath
         .pass_counters()
         .map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?
@@ -320,6 +384,7 @@ fn status(daemon: &Daemon) -> Result<Value, ApiError> {
         "hook_problem": daemon.hook_problem(),
         "gpu": control.controller().last_gpu(),
         "classes": classes,
+        "tenants": tenants,
         "passed": passed,
         "samples": {"accepted": inbox.accepted_samples, "rejected_batches": inbox.rejected_batches, "pending": control.inbox().pending()},
         "maps": control.datapath().applied().map(plan_json),
