@@ -111,10 +111,13 @@ impl Daemon {
         Self { process, scratch }
     }
 
+    fn socket(&self) -> std::path::PathBuf {
+        self.scratch.path().join("control.sock")
+    }
+
     /// Each tenant's admitted count, by name order of [`TENANTS`].
     fn admitted(&self) -> Vec<u64> {
-        let socket = self.scratch.path().join("control.sock");
-        let status: Value = ctl::call(&socket, &ctl::request(&CtlOp::Status).unwrap()).expect("status answers");
+        let status: Value = ctl::call(&self.socket(), &ctl::request(&CtlOp::Status).unwrap()).expect("status answers");
         let tenants = status["tenants"].as_array().expect("status lists tenants");
         TENANTS
             .iter()
@@ -275,6 +278,26 @@ fn a_flooding_tenant_takes_only_what_the_others_leave() {
         println!("{name}: goodput {quiet:.1}/s before the flood, {flood:.1}/s during it");
         assert!(flood >= 0.95 * quiet, "{name} kept {flood:.1}/s of {quiet:.1}/s during the flood");
     }
+    // A tenant's share is set live; a bad value is refused and changes nothing.
+    let set = |op: CtlOp| ctl::exit_code(&ctl::call(&daemon.socket(), &ctl::request(&op).unwrap()).unwrap());
+    let tenant = |name: &str, rate: Option<f64>, weight: Option<f64>| CtlOp::SetTenant {
+        tenant: name.into(),
+        cidrs: None,
+        rate,
+        burst: None,
+        weight,
+    };
+    assert_eq!(set(tenant("calm", None, Some(0.0))), ctl::EXIT_INVALID);
+    assert_eq!(set(tenant("noisy", Some(300.0), None)), ctl::EXIT_OK);
+    let status = ctl::call(&daemon.socket(), &ctl::request(&CtlOp::Status).unwrap()).unwrap();
+    let shares: Vec<(String, f64, f64)> = status["tenants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap().to_string(), t["share"].as_f64().unwrap(), t["weight"].as_f64().unwrap()))
+        .collect();
+    assert_eq!(shares[0], ("noisy".to_string(), 300.0, 1.0));
+    assert_eq!(shares[1], ("calm".to_string(), 100.0, 1.0), "the refused change left calm as it was");
     assert!(daemon.process.stop(Signal::SIGTERM, Duration::from_secs(10)), "the daemon stops on SIGTERM");
 }
 

@@ -390,3 +390,55 @@ fn status(daemon: &Daemon) -> Result<Value, ApiError> {
         "maps": control.datapath().applied().map(plan_json),
     })))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"
+        default_class = "web"
+        [[class]]
+        name = "web"
+        rate = 100
+        burst = 10
+        action = "drop"
+        [[tenant]]
+        name = "acme"
+        cidrs = ["10.1.0.0/16"]
+        rate = 50
+        burst = 20
+    "#;
+
+    fn patch(json: &str) -> Result<Config, String> {
+        let Request::SetTenant(patch) = Request::parse(json.as_bytes()).map_err(|e| e.message)? else {
+            panic!("not a set_tenant request: {json}");
+        };
+        let config = set_tenant(&Config::parse(CONFIG).unwrap(), &patch).map_err(|e| e.message)?;
+        config.plan().map(|_| config).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn set_tenant_changes_the_fields_given_or_adds_a_whole_tenant() {
+        let config = patch(r#"{"op": "set_tenant", "tenant": "acme", "rate": 80, "weight": 2}"#).unwrap();
+        let acme = &config.tenants[0];
+        assert_eq!((acme.rate, acme.burst, acme.weight), (80.0, 20.0, 2.0));
+        let config =
+            patch(r#"{"op": "set_tenant", "tenant": "zeta", "cidrs": ["fd09::/16"], "rate": 5, "burst": 1}"#).unwrap();
+        assert_eq!(config.tenants[1].name, "zeta");
+        assert_eq!(config.tenants[1].weight, 1.0);
+    }
+
+    #[test]
+    fn a_bad_set_tenant_is_refused_naming_what_is_wrong() {
+        let rows = [
+            (r#"{"op": "set_tenant", "tenant": "zeta", "rate": 5}"#, "needs cidrs, rate and burst"),
+            (r#"{"op": "set_tenant", "tenant": "acme", "weight": -1}"#, "tenant[0].weight"),
+            (r#"{"op": "set_tenant", "tenant": "acme", "cidrs": ["10.1.2.3/16"]}"#, "tenant[0].cidrs"),
+            (r#"{"op": "set_tenant", "tenant": "acme", "share": 3}"#, "share"),
+        ];
+        for (json, needle) in rows {
+            let err = patch(json).unwrap_err();
+            assert!(err.contains(needle), "{json}: {err}");
+        }
+    }
+}
