@@ -135,5 +135,5 @@ fn a_class_refusal_gives_the_tenant_back_exactly_its_tokens_under_concurrency() 
     // Every refused SYN's token came back: the tenant spent only what the
     // class admitted (plus refill far below one token over the test).
     let left = tenant.available_milli;
-    assert!((5000_000..5000_000 + 100).contains(&left), "tenant holds {left} milli-tokens, want 5000 tokens");
+    assert!((5_000_000..5_000_000 + 100).contains(&left), "tenant holds {left} milli-tokens, want 5000 tokens");
 }

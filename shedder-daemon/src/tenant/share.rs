@@ -106,10 +106,12 @@ mod tests {
         a.len() == b.len() && a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-6)
     }
 
+    /// (shares, weights, demand) -> rates
+    type Row = (&'static [f64], &'static [f64], &'static [f64], &'static [f64]);
+
     #[test]
     fn unused_share_is_lent_by_weight_and_never_more_than_the_shares() {
-        // (shares, weights, demand) -> rates
-        let table: [(&[f64], &[f64], &[f64], &[f64]); 6] = [
+        let table: [Row; 6] = [
             // All busy: everyone keeps its share, nothing to lend.
             (&[100.0, 100.0], &[1.0, 1.0], &[500.0, 500.0], &[100.0, 100.0]),
             // One floods at 10x, one is quiet at 40: the quiet one keeps 50
