@@ -298,7 +298,7 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-fn fail<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T, ConfigError> {
+pub(crate) fn fail<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError { field: field.into(), message: message.into() })
 }
 
@@ -574,7 +574,7 @@ fn add_rule(plan: &mut Plan, i: usize, rule: &RuleSpec) -> Result<(), ConfigErro
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const BASE: &str = r#"
@@ -600,7 +600,8 @@ mod tests {
         dst_port = 8000
     "#;
 
-    fn plan_of(extra: &str) -> Result<Plan, String> {
+    /// A two-class config with `extra` appended, planned; the error as text.
+    pub(crate) fn plan_of(extra: &str) -> Result<Plan, String> {
         let text = format!("{BASE}\n{extra}");
         Config::parse(&text).map_err(|e| format!("{e:#}"))?.plan().map_err(|e| e.to_string())
     }

@@ -20,7 +20,7 @@
 
 use std::{
     io::{Read as _, Write as _},
-    net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream},
+    net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream},
     os::fd::AsRawFd as _,
     sync::{
         Arc,
@@ -37,9 +37,8 @@ use nix::sys::{
 use serde_json::Value;
 use shedder_daemon::api::ctl::{self, CtlOp};
 use shedder_tests::{
-    daemon_process::{DaemonProcess, daemon_binary},
+    bed_daemon::{BedDaemon, serve},
     netns::Testbed,
-    scratch::ScratchDir,
 };
 
 const PORT: u16 = 8000;
@@ -90,29 +89,12 @@ rate = 100
 burst = 20
 "#;
 
-/// `shedder run` in the server namespace; killed and cleaned up on drop.
-struct Daemon {
-    process: DaemonProcess,
-    scratch: ScratchDir,
-}
+/// The daemon under test, with this test's config.
+struct Daemon(BedDaemon);
 
 impl Daemon {
-    fn start(bed: &Testbed) -> Self {
-        let scratch = ScratchDir::new("shedder-tenants-").unwrap();
-        let config = scratch.write("shedder.toml", CONFIG).unwrap();
-        let mut cmd = bed.server.command(daemon_binary());
-        cmd.args(["run", "--no-pin", "--iface", &bed.server_if, "--attach", "xdp", "--report-every", "60"])
-            .arg("--config")
-            .arg(config)
-            .arg("--socket")
-            .arg(scratch.path().join("control.sock"));
-        let mut process = DaemonProcess::start(&mut cmd).unwrap();
-        process.wait_for("control socket listening", Duration::from_secs(30)).unwrap();
-        Self { process, scratch }
-    }
-
     fn socket(&self) -> std::path::PathBuf {
-        self.scratch.path().join("control.sock")
+        self.0.socket()
     }
 
     /// Each tenant's admitted count, by name order of [`TENANTS`].
@@ -127,27 +109,6 @@ impl Daemon {
             })
             .collect()
     }
-}
-
-/// Answers every connection with one response, then closes it.
-fn serve(listener: TcpListener, stop: Arc<AtomicBool>) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        while !stop.load(Ordering::Relaxed) {
-            // SAFETY: one valid pollfd; poll only writes its revents.
-            if unsafe { libc::poll(&mut pfd, 1, 100) } <= 0 {
-                continue;
-            }
-            while let Ok((mut stream, _)) = listener.accept() {
-                let _ = stream.set_nonblocking(false);
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut request = [0u8; 4];
-                if stream.read_exact(&mut request).is_ok() {
-                    let _ = stream.write_all(b"done");
-                }
-            }
-        }
-    })
 }
 
 /// One exchange on a new connection from `from`: true when it completed.
@@ -241,7 +202,7 @@ fn a_flooding_tenant_takes_only_what_the_others_leave() {
     for (_, from) in TENANTS {
         bed.client.ip(&["addr", "add", &format!("{from}/24"), "dev", &bed.client_if, "nodad"]).unwrap();
     }
-    let daemon = Daemon::start(&bed);
+    let daemon = Daemon(BedDaemon::start(&bed, CONFIG));
     // XDP_TX'd RSTs reach the client only through an XDP program on its end.
     let _pass = bed.attach_client_pass().unwrap();
     let listener = bed.listen(SocketAddr::new(Testbed::SERVER_V4.into(), PORT), false).unwrap();
@@ -298,7 +259,7 @@ fn a_flooding_tenant_takes_only_what_the_others_leave() {
         .collect();
     assert_eq!(shares[0], ("noisy".to_string(), 300.0, 1.0));
     assert_eq!(shares[1], ("calm".to_string(), 100.0, 1.0), "the refused change left calm as it was");
-    assert!(daemon.process.stop(Signal::SIGTERM, Duration::from_secs(10)), "the daemon stops on SIGTERM");
+    assert!(daemon.0.process.stop(Signal::SIGTERM, Duration::from_secs(10)), "the daemon stops on SIGTERM");
 }
 
 #[test]

@@ -15,7 +15,7 @@ use shedder_common::{
     maps::{MAX_CIDR_RULES, MAX_TENANTS, rule_flags},
 };
 
-use crate::config::{ConfigError, Plan, milli};
+use crate::config::{ConfigError, Plan, fail, milli};
 
 /// Tokens one connection costs a tenant: tenants count connections, the
 /// per-model cost is the class's.
@@ -47,25 +47,25 @@ fn one() -> f64 {
 /// Validates the tenants and adds their buckets and CIDRs to `plan`.
 pub fn add_tenants(plan: &mut Plan, tenants: &[TenantSpec]) -> Result<(), ConfigError> {
     if tenants.len() > MAX_TENANTS as usize {
-        return Err(error("tenant", format!("{} tenants; the datapath holds {MAX_TENANTS}", tenants.len())));
+        return fail("tenant", format!("{} tenants; the datapath holds {MAX_TENANTS}", tenants.len()));
     }
     for (i, tenant) in tenants.iter().enumerate() {
         let field = |name: &str| format!("tenant[{i}].{name}");
         if tenant.name.trim().is_empty() {
-            return Err(error(field("name"), "must not be empty"));
+            return fail(field("name"), "must not be empty");
         }
         if let Some(j) = plan.tenant_names.iter().position(|n| *n == tenant.name) {
-            return Err(error(field("name"), format!("\"{}\" is already the name of tenant[{j}]", tenant.name)));
+            return fail(field("name"), format!("\"{}\" is already the name of tenant[{j}]", tenant.name));
         }
         plan.tenants.push(bucket(tenant, &field)?);
         plan.tenant_names.push(tenant.name.clone());
         if tenant.cidrs.is_empty() {
-            return Err(error(field("cidrs"), "at least one source network is required"));
+            return fail(field("cidrs"), "at least one source network is required");
         }
         let target = target_for(i as u32);
         for net in &tenant.cidrs {
             if net.trunc() != *net {
-                return Err(error(field("cidrs"), format!("{net} has host bits set; did you mean {}?", net.trunc())));
+                return fail(field("cidrs"), format!("{net} has host bits set; did you mean {}?", net.trunc()));
             }
             let previous = match net {
                 IpNet::V4(v4) => plan.tenant_v4.insert((v4.prefix_len() as u32, v4.network().octets()), target),
@@ -73,14 +73,11 @@ pub fn add_tenants(plan: &mut Plan, tenants: &[TenantSpec]) -> Result<(), Config
             };
             if let Some(owner) = previous {
                 let owner = &plan.tenant_names[owner as usize - 1];
-                return Err(error(field("cidrs"), format!("{net} is already a network of tenant \"{owner}\"")));
+                return fail(field("cidrs"), format!("{net} is already a network of tenant \"{owner}\""));
             }
         }
         if plan.tenant_v4.len().max(plan.tenant_v6.len()) > MAX_CIDR_RULES as usize {
-            return Err(error(
-                field("cidrs"),
-                format!("more than {MAX_CIDR_RULES} tenant networks per address family"),
-            ));
+            return fail(field("cidrs"), format!("more than {MAX_CIDR_RULES} tenant networks per address family"));
         }
     }
     for (on, bit) in
@@ -97,31 +94,20 @@ fn bucket(tenant: &TenantSpec, field: &dyn Fn(&str) -> String) -> Result<BucketP
     let rate = milli(tenant.rate, &field("rate"), true)?;
     let burst = milli(tenant.burst, &field("burst"), false)?;
     if burst < TENANT_COST_MILLI {
-        return Err(error(field("burst"), format!("{} is less than one connection", tenant.burst)));
+        return fail(field("burst"), format!("{} is less than one connection", tenant.burst));
     }
     if !(tenant.weight.is_finite() && tenant.weight > 0.0) {
-        return Err(error(field("weight"), format!("{} is not a positive number", tenant.weight)));
+        return fail(field("weight"), format!("{} is not a positive number", tenant.weight));
     }
     Ok(BucketParams::new(rate, burst, TENANT_COST_MILLI))
 }
 
-fn error(field: impl Into<String>, message: impl Into<String>) -> ConfigError {
-    ConfigError { field: field.into(), message: message.into() }
-}
-
 #[cfg(test)]
 mod tests {
-    use crate::config::{Config, Plan};
+    use crate::config::{Plan, tests::plan_of as class_plan_of};
     use shedder_common::{bucket::BucketParams, classify::target_for, maps::rule_flags};
 
-    const BASE: &str = r#"
-        mode = "enforce"
-        default_class = "web"
-        [[class]]
-        name = "web"
-        rate = 100
-        burst = 10
-        action = "reject"
+    const ACME: &str = r#"
         [[tenant]]
         name = "acme"
         cidrs = ["10.1.0.0/16", "fd01::/64"]
@@ -131,8 +117,7 @@ mod tests {
     "#;
 
     fn plan_of(extra: &str) -> Result<Plan, String> {
-        let text = format!("{BASE}\n{extra}");
-        Config::parse(&text).map_err(|e| format!("{e:#}"))?.plan().map_err(|e| e.to_string())
+        class_plan_of(&format!("{ACME}\n{extra}"))
     }
 
     #[test]
@@ -146,9 +131,8 @@ mod tests {
         assert_eq!(plan.tenant_v6.len(), 1);
         let flags = rule_flags::TENANT_V4 | rule_flags::TENANT_V6;
         assert_eq!(plan.global.rules_present & flags, flags);
-        assert!(plan.src_v4.is_empty(), "tenant networks are not class rules");
+        assert_eq!(plan.src_v4.len(), 1, "tenant networks are not class rules (the one there is the classes')");
     }
-
     #[test]
     fn every_tenant_error_names_its_field_and_nothing_is_planned() {
         let tenant = |body: &str| format!("[[tenant]]\nname = \"t\"\n{body}");
