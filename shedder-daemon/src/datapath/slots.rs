@@ -121,10 +121,13 @@ pub(super) fn place(plan: &Plan, slot_of: &[u32], tenant_slot_of: &[u32], coarse
     let (classes, class_names) = at_slots(&plan.classes, &plan.class_names, slot_of);
     let (tenants, tenant_names) = at_slots(&plan.tenants, &plan.tenant_names, tenant_slot_of);
     let mut placed = Plan { global: plan.global, classes, class_names, tenants, tenant_names, ..Plan::default() };
-    for class in &mut placed.classes {
+    // Free slots stay as the maps hold them: all zeros.
+    for slot in slot_of {
+        let class = &mut placed.classes[*slot as usize];
         class.bucket = class.bucket.with_clock_for_tick(coarse_tick_ns);
     }
-    for tenant in &mut placed.tenants {
+    for slot in tenant_slot_of {
+        let tenant = &mut placed.tenants[*slot as usize];
         *tenant = tenant.with_clock_for_tick(coarse_tick_ns);
     }
     placed.global.default_class = slot_of[plan.global.default_class as usize] as u8;
