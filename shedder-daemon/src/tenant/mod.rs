@@ -121,6 +121,15 @@ mod tests {
     }
 
     #[test]
+    fn the_example_tenants_config_is_valid() {
+        let config = crate::config::Config::parse(include_str!("../../../config/tenants.toml")).unwrap();
+        let plan = config.plan().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(plan.tenant_names, ["acme", "globex", "research"]);
+        let setup = config.control().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(setup.tenants.iter().map(|t| t.rate).sum::<f64>(), 600.0);
+    }
+
+    #[test]
     fn tenants_compile_to_buckets_and_their_own_tries() {
         let plan = plan_of("[[tenant]]\nname = \"zeta\"\ncidrs = [\"10.1.2.0/24\"]\nrate = 0\nburst = 1").unwrap();
         assert_eq!(plan.tenant_names, ["acme", "zeta"]);
