@@ -547,3 +547,35 @@ fn status_table(a: &Value) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_tenant_sends_only_the_fields_given() {
+        let op = CtlOp::SetTenant {
+            tenant: "acme".into(),
+            cidrs: Some(vec!["10.1.0.0/16".into(), "fd01::/64".into()]),
+            rate: Some(80.0),
+            burst: None,
+            weight: None,
+        };
+        let want = json!({"op": "set_tenant", "tenant": "acme", "cidrs": ["10.1.0.0/16", "fd01::/64"], "rate": 80.0});
+        assert_eq!(request(&op).unwrap(), want);
+    }
+
+    #[test]
+    fn status_lists_tenants_under_the_classes_only_when_there_are_some() {
+        let tenant = json!({
+            "name": "acme", "share": 200.0, "weight": 2.0, "rate": 262.5, "burst": 50.0, "tokens": 12.25,
+            "counters": {"admitted": 7, "over_tenant": 3, "over_class": 1},
+        });
+        let answer = |tenants: Value| json!({"version": "0.1.0", "classes": [], "tenants": tenants});
+        let table = status_table(&answer(json!([tenant])));
+        let row = table.lines().find(|l| l.starts_with("acme")).expect("a row for the tenant");
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells, ["acme", "200", "2", "262.5", "50", "12.25", "7", "3", "1"]);
+        assert!(!status_table(&answer(json!([]))).contains("over_tenant"), "no tenant header without tenants");
+    }
+}
