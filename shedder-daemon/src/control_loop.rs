@@ -209,6 +209,12 @@ impl ControlLoop {
             })
             .collect();
         let shares = self.shares.shares(&loads);
+        anyhow::ensure!(
+            shares.len() == loads.len(),
+            "the tenant share source gave {} shares for {} tenants",
+            shares.len(),
+            loads.len()
+        );
         let weights: Vec<f64> = loads.iter().map(|t| t.weight).collect();
         let demand: Vec<Option<f64>> = loads.iter().map(|t| t.offered).collect();
         let rates = lend(&shares, &weights, &demand);
