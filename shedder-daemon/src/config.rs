@@ -298,6 +298,22 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
+/// A name that is not empty and not already one of `names` (of `kind`s).
+pub(crate) fn check_new_name(
+    name: &str,
+    names: &[String],
+    kind: &str,
+    field: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    if name.trim().is_empty() {
+        return fail(field("name"), "must not be empty");
+    }
+    match names.iter().position(|n| n == name) {
+        Some(j) => fail(field("name"), format!("\"{name}\" is already the name of {kind}[{j}]")),
+        None => Ok(()),
+    }
+}
+
 pub(crate) fn fail<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError { field: field.into(), message: message.into() })
 }
@@ -349,12 +365,7 @@ impl Config {
         }
         for (i, class) in self.classes.iter().enumerate() {
             let field = |name: &str| format!("class[{i}].{name}");
-            if class.name.trim().is_empty() {
-                return fail(field("name"), "must not be empty");
-            }
-            if let Some(j) = plan.class_names.iter().position(|n| *n == class.name) {
-                return fail(field("name"), format!("\"{}\" is already the name of class[{j}]", class.name));
-            }
+            check_new_name(&class.name, &plan.class_names, "class", &field)?;
             plan.classes.push(class_config(class, &field)?);
             plan.class_names.push(class.name.clone());
         }

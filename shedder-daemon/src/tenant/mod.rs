@@ -15,7 +15,7 @@ use shedder_common::{
     maps::{MAX_CIDR_RULES, MAX_TENANTS, rule_flags},
 };
 
-use crate::config::{ConfigError, Plan, fail, milli};
+use crate::config::{ConfigError, Plan, check_new_name, fail, milli};
 
 /// Tokens one connection costs a tenant: tenants count connections, the
 /// per-model cost is the class's.
@@ -51,12 +51,7 @@ pub fn add_tenants(plan: &mut Plan, tenants: &[TenantSpec]) -> Result<(), Config
     }
     for (i, tenant) in tenants.iter().enumerate() {
         let field = |name: &str| format!("tenant[{i}].{name}");
-        if tenant.name.trim().is_empty() {
-            return fail(field("name"), "must not be empty");
-        }
-        if let Some(j) = plan.tenant_names.iter().position(|n| *n == tenant.name) {
-            return fail(field("name"), format!("\"{}\" is already the name of tenant[{j}]", tenant.name));
-        }
+        check_new_name(&tenant.name, &plan.tenant_names, "tenant", &field)?;
         plan.tenants.push(bucket(tenant, &field)?);
         plan.tenant_names.push(tenant.name.clone());
         if tenant.cidrs.is_empty() {
