@@ -21,11 +21,19 @@ pub enum Charge {
     Contended,
 }
 
-/// The clock the daemon chose for this bucket (see `shedder_common::bucket::clock`).
+/// The coarse clock, read once per SYN for every bucket that uses it.
 #[inline(always)]
-pub fn now(params: &BucketParams) -> u64 {
-    // SAFETY: helper calls with no arguments and no preconditions.
-    unsafe { if params.clock == clock::COARSE { bpf_ktime_get_coarse_ns() } else { bpf_ktime_get_ns() } }
+pub fn coarse_now() -> u64 {
+    // SAFETY: a helper call with no arguments and no preconditions.
+    unsafe { bpf_ktime_get_coarse_ns() }
+}
+
+/// The clock the daemon chose for this bucket (see `shedder_common::bucket::clock`):
+/// `coarse`, or a fresh precise reading.
+#[inline(always)]
+fn now(params: &BucketParams, coarse: u64) -> u64 {
+    // SAFETY: a helper call with no arguments and no preconditions.
+    if params.clock == clock::COARSE { coarse } else { unsafe { bpf_ktime_get_ns() } }
 }
 
 /// Compare-and-swap of a bucket state; the value seen, and whether it was swapped.
@@ -37,7 +45,7 @@ fn swap(state: *mut u64, old: u64, new: u64) -> (u64, bool) {
 
 /// Charges one connection to the bucket whose state is `state`.
 #[inline(always)]
-pub fn charge_state(state: Option<*mut u64>, params: &BucketParams) -> Charge {
+pub fn charge_state(state: Option<*mut u64>, params: &BucketParams, coarse: u64) -> Charge {
     // A closed bucket needs no clock reading, the dearest step of a charge.
     if params.is_closed() {
         return Charge::Empty;
@@ -45,7 +53,7 @@ pub fn charge_state(state: Option<*mut u64>, params: &BucketParams) -> Charge {
     let Some(state) = state else {
         return Charge::Empty;
     };
-    let now = now(params);
+    let now = now(params, coarse);
     // SAFETY: an aligned 64-bit load cannot tear on BPF; the CAS below validates it.
     let mut tat = unsafe { state.read_volatile() };
     for _ in 0..CAS_TRIES {
@@ -65,11 +73,11 @@ pub fn charge_state(state: Option<*mut u64>, params: &BucketParams) -> Charge {
 /// A refund that keeps losing the race is abandoned: the bucket then holds
 /// fewer tokens than it might, never more.
 #[inline(always)]
-pub fn refund_state(state: Option<*mut u64>, params: &BucketParams) {
+pub fn refund_state(state: Option<*mut u64>, params: &BucketParams, coarse: u64) {
     let Some(state) = state else {
         return;
     };
-    let now = now(params);
+    let now = now(params, coarse);
     // SAFETY: as in `charge_state`.
     let mut tat = unsafe { state.read_volatile() };
     for _ in 0..CAS_TRIES {

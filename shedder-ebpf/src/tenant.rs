@@ -4,13 +4,13 @@
 use aya_ebpf::maps::lpm_trie::Key;
 use aya_log_ebpf::warn;
 use shedder_common::{
-    bucket::BucketParams,
+    bucket::{BucketParams, clock},
     maps::{GlobalConfig, rule_flags},
     tenant::{Buckets, Fit, charge_both},
 };
 
 use crate::{
-    bucket::{Charge, charge_state, refund_state},
+    bucket::{Charge, charge_state, coarse_now, refund_state},
     hook::Hook,
     maps::{BUCKETS, TENANT_BUCKETS, TENANT_V4, TENANT_V6, TENANTS},
     parse::Addrs,
@@ -39,6 +39,7 @@ struct MapBuckets<'a, H: Hook> {
     class_params: &'a BucketParams,
     tenant: u32,
     tenant_params: Option<&'a BucketParams>,
+    coarse: u64,
 }
 
 /// A contended bucket is judged empty, and said so.
@@ -58,18 +59,28 @@ impl<H: Hook> Buckets for MapBuckets<'_, H> {
     #[inline(always)]
     fn charge_tenant(&mut self) -> bool {
         let Some(params) = self.tenant_params else { return false };
-        fits(self.ctx, charge_state(TENANT_BUCKETS.get_ptr_mut(self.tenant), params), "tenant", self.tenant)
+        fits(
+            self.ctx,
+            charge_state(TENANT_BUCKETS.get_ptr_mut(self.tenant), params, self.coarse),
+            "tenant",
+            self.tenant,
+        )
     }
 
     #[inline(always)]
     fn charge_class(&mut self) -> bool {
-        fits(self.ctx, charge_state(BUCKETS.get_ptr_mut(self.class), self.class_params), "class", self.class)
+        fits(
+            self.ctx,
+            charge_state(BUCKETS.get_ptr_mut(self.class), self.class_params, self.coarse),
+            "class",
+            self.class,
+        )
     }
 
     #[inline(always)]
     fn refund_tenant(&mut self) {
         if let Some(params) = self.tenant_params {
-            refund_state(TENANT_BUCKETS.get_ptr_mut(self.tenant), params);
+            refund_state(TENANT_BUCKETS.get_ptr_mut(self.tenant), params, self.coarse);
         }
     }
 }
@@ -80,6 +91,10 @@ impl<H: Hook> Buckets for MapBuckets<'_, H> {
 pub fn charge<H: Hook>(ctx: &H, class: u32, class_params: &BucketParams, tenant: Option<u32>) -> Fit {
     let tenant_params = tenant.and_then(|slot| TENANTS.get(slot));
     let has_tenant = tenant_params.is_some();
-    let mut buckets = MapBuckets { ctx, class, class_params, tenant: tenant.unwrap_or(0), tenant_params };
+    // One coarse reading for both buckets, taken only if one of them will
+    // use it (a closed bucket reads no clock).
+    let on_coarse = |p: &BucketParams| p.clock == clock::COARSE && !p.is_closed();
+    let coarse = if on_coarse(class_params) || tenant_params.is_some_and(on_coarse) { coarse_now() } else { 0 };
+    let mut buckets = MapBuckets { ctx, class, class_params, tenant: tenant.unwrap_or(0), tenant_params, coarse };
     charge_both(&mut buckets, has_tenant)
 }
