@@ -29,7 +29,24 @@ pub struct BucketParams {
     pub cost_ns: u64,
     /// How far ahead of now the TAT may run: `burst / rate`.
     pub tolerance_ns: u64,
+    /// Which clock the datapath reads for this bucket ([`clock`]); the daemon
+    /// chooses it with [`BucketParams::with_clock_for_tick`].
+    pub clock: u64,
 }
+
+/// The clocks a bucket may be read with.
+pub mod clock {
+    /// `bpf_ktime_get_ns`: exact, and the dearer helper.
+    pub const PRECISE: u64 = 0;
+    /// `bpf_ktime_get_coarse_ns`: up to one scheduler tick behind the precise
+    /// clock, and cheaper. A GCRA bucket read with a clock that lags never
+    /// admits more than with the exact one: it sees less refill, never more.
+    pub const COARSE: u64 = 1;
+}
+
+/// The coarse clock is used where one tick of refill (the most it can lag)
+/// is at most this fraction of the burst: `rate x tick <= burst / 16`.
+pub const COARSE_LAG_DIVISOR: u64 = 16;
 
 impl BucketParams {
     /// Derives the datapath figures. A rate of zero yields a closed bucket that
@@ -40,7 +57,20 @@ impl BucketParams {
         } else {
             (ns_for_tokens(cost_milli, rate_milli), ns_for_tokens(burst_milli, rate_milli))
         };
-        Self { rate_milli, burst_milli, cost_milli, cost_ns, tolerance_ns }
+        Self { rate_milli, burst_milli, cost_milli, cost_ns, tolerance_ns, clock: clock::PRECISE }
+    }
+
+    /// The same bucket, read with the coarse clock when a coarse tick of
+    /// `tick_ns` lags it by at most `burst / COARSE_LAG_DIVISOR` of refill,
+    /// with the precise clock otherwise.
+    pub fn with_clock_for_tick(self, tick_ns: u64) -> Self {
+        let lag_milli = tokens_for_ns(tick_ns, self.rate_milli);
+        let clock = if lag_milli.saturating_mul(COARSE_LAG_DIVISOR) <= self.burst_milli {
+            clock::COARSE
+        } else {
+            clock::PRECISE
+        };
+        Self { clock, ..self }
     }
 
     /// True when the class admits no new connection at all.
@@ -71,6 +101,21 @@ pub fn charge(tat: u64, now: u64, params: &BucketParams) -> Option<u64> {
     let next = start.saturating_add(params.cost_ns);
     // `next >= now` always holds, so the subtraction cannot wrap.
     if next - now <= params.tolerance_ns { Some(next) } else { None }
+}
+
+/// Gives one connection's cost back to a bucket that [`charge`] admitted it
+/// to, when a later check refused the connection after all.
+///
+/// Returns the new TAT, or `None` when there is nothing to give back (the
+/// bucket has refilled past its TAT meanwhile). The TAT never moves below
+/// `now`: a refund can make the bucket full, never fuller than a fresh one.
+#[inline(always)]
+pub fn refund(tat: u64, now: u64, params: &BucketParams) -> Option<u64> {
+    if tat <= now {
+        return None;
+    }
+    let back = tat.saturating_sub(params.cost_ns);
+    Some(if back > now { back } else { now })
 }
 
 /// Milli-tokens available right now: what the next connections may spend.
@@ -181,6 +226,38 @@ mod tests {
         assert_eq!(huge_rate.cost_ns, 0);
         assert_eq!(charge(u64::MAX, u64::MAX, &huge_rate), Some(u64::MAX));
         assert_eq!(available_milli(0, u64::MAX, &huge_rate), u64::MAX);
+    }
+
+    #[test]
+    fn a_refund_undoes_a_charge_and_never_fills_past_a_fresh_bucket() {
+        let p = BucketParams::new(10_000, 5_000, 1_000);
+        let once = charge(0, SEC, &p).unwrap();
+        let twice = charge(once, SEC, &p).unwrap();
+        assert_eq!(refund(twice, SEC, &p), Some(once), "the second charge given back");
+        // A refund after the bucket refilled past its TAT gives nothing.
+        assert_eq!(refund(twice, twice, &p), None);
+        // Partly refilled: back to a full bucket at most, not past it.
+        let now = twice - p.cost_ns / 2;
+        assert_eq!(refund(twice, now, &p), Some(now));
+        assert_eq!(available_milli(now, now, &p), 5_000);
+    }
+
+    #[test]
+    fn the_coarse_clock_is_chosen_only_where_a_tick_lags_a_sixteenth_of_the_burst() {
+        const TICK: u64 = 4_000_000; // HZ = 250
+        // (rate/s, burst) -> coarse?
+        let table = [
+            (10_000, 1_000, true), // 40 per tick, 62.5 allowed
+            (10_000, 640, true),   // exactly 1/16
+            (10_000, 639, false),  // just over
+            (1_000_000, 1_000, false),
+            (0, 1, true), // a closed bucket never refills
+        ];
+        for (rate, burst, coarse) in table {
+            let p = BucketParams::new(rate * 1000, burst * 1000, 1000).with_clock_for_tick(TICK);
+            let want = if coarse { clock::COARSE } else { clock::PRECISE };
+            assert_eq!(p.clock, want, "rate {rate} burst {burst}");
+        }
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! * [`maps`]: the `#[repr(C)]` values stored in the BPF maps, and the map names.
 //! * [`bucket`]: token-bucket admission in fixed point (GCRA form, one `u64` of state).
 //! * [`classify`]: which rule wins when several select a class, and how modes combine.
+//! * [`tenant`]: the tenant's bucket and the class's, charged for one SYN, with the refund.
 //! * [`verdict`]: what happens to a classified SYN, given mode, action and bucket.
 //! * [`checksum`]: the Internet checksum and its incremental update.
 //! * [`ipv6_ext`]: the IPv6 extension headers walked on the way to TCP, and how long each is.
@@ -22,5 +23,6 @@ pub mod maps;
 #[cfg(any(test, feature = "user"))]
 pub mod reference;
 pub mod rewrite;
+pub mod tenant;
 pub mod verdict;
 pub mod watchdog;

@@ -14,6 +14,8 @@ pub const PORT_SLOTS: u32 = 65_536;
 pub const DSCP_SLOTS: u32 = 64;
 /// Capacity of each source-CIDR trie.
 pub const MAX_CIDR_RULES: u32 = 4_096;
+/// Number of tenants the datapath can hold.
+pub const MAX_TENANTS: u32 = 64;
 
 /// Map names as they appear in the eBPF object.
 pub mod names {
@@ -28,6 +30,12 @@ pub mod names {
     pub const DSCP_IN: &str = "DSCP_IN";
     pub const HEARTBEAT: &str = "HEARTBEAT";
     pub const CLASS_IDS: &str = "CLASS_IDS";
+    pub const TENANTS: &str = "TENANTS";
+    pub const TENANT_BUCKETS: &str = "TENANT_BUCKETS";
+    pub const TENANT_COUNTERS: &str = "TENANT_COUNTERS";
+    pub const TENANT_V4: &str = "TENANT_V4";
+    pub const TENANT_V6: &str = "TENANT_V6";
+    pub const TENANT_IDS: &str = "TENANT_IDS";
 }
 
 /// Program names in the eBPF object.
@@ -82,6 +90,8 @@ pub mod rule_flags {
     pub const SRC_V6: u8 = 1 << 1;
     pub const DST_PORT: u8 = 1 << 2;
     pub const DSCP: u8 = 1 << 3;
+    pub const TENANT_V4: u8 = 1 << 4;
+    pub const TENANT_V6: u8 = 1 << 5;
 }
 
 /// Slot 0 of `GLOBAL`.
@@ -131,6 +141,33 @@ impl ClassCounters {
         self.rejected += other.rejected;
         self.marked += other.marked;
         self.would_shed += other.would_shed;
+    }
+}
+
+/// What happened to the charged SYNs of one tenant, per CPU. Every one lands
+/// in exactly one outcome, so the three sum to what the tenant offered.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TenantCounters {
+    /// Fit both the tenant's bucket and its class's.
+    pub admitted: u64,
+    /// Refused by the tenant's own bucket (the class's was not charged).
+    pub over_tenant: u64,
+    /// Fit the tenant's bucket but not the class's; the tenant got its tokens back.
+    pub over_class: u64,
+}
+
+impl TenantCounters {
+    /// Adds another CPU's (or another snapshot's) counts.
+    pub fn add(&mut self, other: &Self) {
+        self.admitted += other.admitted;
+        self.over_tenant += other.over_tenant;
+        self.over_class += other.over_class;
+    }
+
+    /// SYNs the tenant offered.
+    pub fn offered(&self) -> u64 {
+        self.admitted + self.over_tenant + self.over_class
     }
 }
 
@@ -244,6 +281,8 @@ mod pod {
     unsafe impl aya::Pod for super::ClassConfig {}
     unsafe impl aya::Pod for super::GlobalConfig {}
     unsafe impl aya::Pod for super::ClassCounters {}
+    unsafe impl aya::Pod for super::TenantCounters {}
+    unsafe impl aya::Pod for crate::bucket::BucketParams {}
 }
 
 #[cfg(test)]
@@ -259,7 +298,9 @@ mod tests {
 
     #[test]
     fn layouts_have_no_implicit_padding() {
-        assert_eq!(core::mem::size_of::<ClassConfig>(), 48);
+        assert_eq!(core::mem::size_of::<ClassConfig>(), 56);
+        assert_eq!(core::mem::size_of::<crate::bucket::BucketParams>(), 48);
+        assert_eq!(core::mem::size_of::<TenantCounters>(), 24);
         assert_eq!(core::mem::size_of::<GlobalConfig>(), 16);
         assert_eq!(core::mem::align_of::<GlobalConfig>(), 8);
         assert_eq!(core::mem::size_of::<ClassCounters>(), 48);

@@ -21,11 +21,12 @@ extern crate alloc;
 use alloc::{collections::BTreeMap, vec::Vec};
 
 use crate::{
-    bucket::charge,
+    bucket::{BucketParams, charge, refund},
     classify::{RuleTarget, effective_mode, pick_class},
     ipv6_ext::{self, HEAD_LEN, Next},
-    maps::{Action, ClassConfig, GlobalConfig, MAX_CLASSES, PassReason, rule_flags},
+    maps::{Action, ClassConfig, GlobalConfig, MAX_CLASSES, MAX_TENANTS, PassReason, rule_flags},
     rewrite::{IPPROTO_TCP, SynFacts, TCP_FLAG_ACK, TCP_FLAG_SYN, dscp_of, mark_ipv4, mark_ipv6, rst_ipv4, rst_ipv6},
+    tenant::{Buckets, Fit, charge_both},
     verdict::{Outcome, charges_bucket, decide},
     watchdog::is_stale,
 };
@@ -43,6 +44,11 @@ pub struct Tables {
     pub src_v6: BTreeMap<(u32, [u8; 16]), RuleTarget>,
     pub dst_ports: BTreeMap<u16, RuleTarget>,
     pub dscp: BTreeMap<u8, RuleTarget>,
+    /// Slot `i` of `TENANTS`.
+    pub tenants: Vec<BucketParams>,
+    /// (prefix length, network address) -> tenant target (slot + 1).
+    pub tenant_v4: BTreeMap<(u32, [u8; 4]), RuleTarget>,
+    pub tenant_v6: BTreeMap<(u32, [u8; 16]), RuleTarget>,
 }
 
 /// What the hook does with the frame.
@@ -92,6 +98,8 @@ pub struct Expected {
     pub counted: Counted,
     /// The frame as the program leaves it: the input, the marked input, or the reply.
     pub output: Vec<u8>,
+    /// The tenant counter a charged SYN from a tenant's addresses moves.
+    pub tenant: Option<(u32, Fit)>,
 }
 
 /// What the program reads besides the configuration.
@@ -99,20 +107,58 @@ pub struct Expected {
 pub struct Live {
     /// Slot -> bucket state, as in `BUCKETS`; a fresh slot holds 0 (a full bucket).
     pub tats: [u64; MAX_CLASSES as usize],
+    /// Slot -> tenant bucket state, as in `TENANT_BUCKETS`.
+    pub tenant_tats: [u64; MAX_TENANTS as usize],
     /// The daemon's last heartbeat, as in `HEARTBEAT` (0: never written).
     pub heartbeat: u64,
 }
 
 impl Default for Live {
     fn default() -> Self {
-        Self { tats: [0; MAX_CLASSES as usize], heartbeat: 0 }
+        Self { tats: [0; MAX_CLASSES as usize], tenant_tats: [0; MAX_TENANTS as usize], heartbeat: 0 }
+    }
+}
+
+/// Charges one bucket state in place; a closed bucket (rate 0) admits nothing.
+fn charge_state(tat: &mut u64, now: u64, params: &BucketParams) -> bool {
+    match (!params.is_closed()).then(|| charge(*tat, now, params)).flatten() {
+        Some(next) => {
+            *tat = next;
+            true
+        }
+        None => false,
+    }
+}
+
+/// The two buckets of one SYN, in the model's bucket states.
+struct ModelBuckets<'a> {
+    class: (&'a mut u64, &'a BucketParams),
+    tenant: Option<(&'a mut u64, &'a BucketParams)>,
+    now: u64,
+}
+
+impl Buckets for ModelBuckets<'_> {
+    fn charge_tenant(&mut self) -> bool {
+        self.tenant.as_mut().is_some_and(|(tat, params)| charge_state(tat, self.now, params))
+    }
+
+    fn charge_class(&mut self) -> bool {
+        charge_state(self.class.0, self.now, self.class.1)
+    }
+
+    fn refund_tenant(&mut self) {
+        if let Some((tat, params)) = self.tenant.as_mut()
+            && let Some(back) = refund(**tat, self.now, params)
+        {
+            **tat = back;
+        }
     }
 }
 
 /// Judges `frame` as the program would at time `now` (CLOCK_MONOTONIC ns),
 /// charging the buckets in `live` as the program charges `BUCKETS`.
 pub fn judge(frame: &[u8], tables: &Tables, live: &mut Live, now: u64) -> Expected {
-    let pass = |counted| Expected { verdict: Verdict::Pass, counted, output: frame.to_vec() };
+    let pass = |counted| Expected { verdict: Verdict::Pass, counted, output: frame.to_vec(), tenant: None };
     let syn = match parse(frame) {
         Ok(syn) => syn,
         Err(reason) => return pass(Counted::Pass(reason)),
@@ -127,25 +173,35 @@ pub fn judge(frame: &[u8], tables: &Tables, live: &mut Live, now: u64) -> Expect
     if charged && is_stale(now, live.heartbeat, tables.global.fail_open_after_ns) {
         return pass(Counted::Pass(PassReason::FailOpen));
     }
-    let fits = !charged || {
-        let tat = &mut live.tats[class as usize];
-        // A closed class (rate 0) admits nothing; the program skips the charge.
-        match (!config.bucket.is_closed()).then(|| charge(*tat, now, &config.bucket)).flatten() {
-            Some(next) => {
-                *tat = next;
-                true
-            }
-            None => false,
-        }
-    };
-    let outcome = decide(mode, Action::from_u8(config.action), fits);
-    let counted = Counted::Class(class, outcome);
-    match outcome {
-        Outcome::Admitted | Outcome::WouldShed => pass(counted),
-        Outcome::Dropped => Expected { verdict: Verdict::Drop, counted, output: frame.to_vec() },
-        Outcome::Marked => Expected { verdict: Verdict::Pass, counted, output: marked(frame, &syn, config.mark_dscp) },
-        Outcome::Rejected => Expected { verdict: Verdict::Reply, counted, output: reset(frame, &syn) },
+    // A tenant slot past the map is no tenant: the program's lookup of its
+    // bucket fails the same way.
+    let tenant = tenant_of(&syn, tables).filter(|slot| *slot < MAX_TENANTS);
+    let mut fit = Fit::Both;
+    if charged {
+        let no_tenant = BucketParams::default();
+        let mut buckets = ModelBuckets {
+            class: (&mut live.tats[class as usize], &config.bucket),
+            tenant: tenant.map(|slot| {
+                (&mut live.tenant_tats[slot as usize], tables.tenants.get(slot as usize).unwrap_or(&no_tenant))
+            }),
+            now,
+        };
+        fit = charge_both(&mut buckets, tenant.is_some());
     }
+    let outcome = decide(mode, Action::from_u8(config.action), fit.fits());
+    let counted = Counted::Class(class, outcome);
+    let tenant = tenant.filter(|_| charged).map(|slot| (slot, fit));
+    let output = match outcome {
+        Outcome::Admitted | Outcome::WouldShed | Outcome::Dropped => frame.to_vec(),
+        Outcome::Marked => marked(frame, &syn, config.mark_dscp),
+        Outcome::Rejected => reset(frame, &syn),
+    };
+    let verdict = match outcome {
+        Outcome::Admitted | Outcome::WouldShed | Outcome::Marked => Verdict::Pass,
+        Outcome::Dropped => Verdict::Drop,
+        Outcome::Rejected => Verdict::Reply,
+    };
+    Expected { verdict, counted, output, tenant }
 }
 
 // --- parsing ------------------------------------------------------------------
@@ -296,6 +352,17 @@ fn longest_prefix<const N: usize>(rules: &BTreeMap<(u32, [u8; N]), RuleTarget>, 
         .filter(|((len, net), _)| *len as usize <= N * 8 && covers(*len, net))
         .max_by_key(|((len, _), _)| *len)
         .map_or(0, |(_, target)| *target)
+}
+
+/// The tenant slot whose CIDR covers the source, longest prefix first.
+fn tenant_of(syn: &Syn, tables: &Tables) -> Option<u32> {
+    let present = |flag: u8| tables.global.rules_present & flag != 0;
+    let target = match syn.addresses {
+        Addresses::V4(src, _) if present(rule_flags::TENANT_V4) => longest_prefix(&tables.tenant_v4, &src),
+        Addresses::V6(src, _) if present(rule_flags::TENANT_V6) => longest_prefix(&tables.tenant_v6, &src),
+        _ => 0,
+    };
+    target.checked_sub(1)
 }
 
 fn class_of(syn: &Syn, tables: &Tables) -> u32 {

@@ -9,3 +9,14 @@ pub fn monotonic_ns() -> u64 {
     assert_eq!(rc, 0, "clock_gettime(CLOCK_MONOTONIC) cannot fail");
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
+
+/// How far the coarse clock (`bpf_ktime_get_coarse_ns`,
+/// CLOCK_MONOTONIC_COARSE) may lag the precise one: its resolution, one
+/// scheduler tick (4 ms at HZ=250).
+pub fn coarse_tick_ns() -> u64 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: valid out-pointer; CLOCK_MONOTONIC_COARSE exists since Linux 2.6.32.
+    let rc = unsafe { libc::clock_getres(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    assert_eq!(rc, 0, "clock_getres(CLOCK_MONOTONIC_COARSE) cannot fail");
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}

@@ -10,6 +10,7 @@ use crate::{
     control::{Budget, ClassPolicy, ControlParams, Controller, Tier, safety},
     estimate::{ClassPrior, EstimatorParams, Estimators},
     telemetry::scrape::ScrapeTarget,
+    tenant::{TenantSpec, add_tenants, share::TenantPolicy},
 };
 use anyhow::Context as _;
 use ipnet::IpNet;
@@ -98,6 +99,9 @@ pub struct Config {
     pub classes: Vec<ClassSpec>,
     #[serde(rename = "rule", default)]
     pub rules: Vec<RuleSpec>,
+    /// Tenants, each charged besides its connections' classes (`[[tenant]]`).
+    #[serde(rename = "tenant", default, skip_serializing_if = "Vec::is_empty")]
+    pub tenants: Vec<TenantSpec>,
     /// The sliding-window estimators (`[estimator]`).
     #[serde(default)]
     pub estimator: EstimatorParams,
@@ -262,6 +266,8 @@ pub struct ControlSetup {
     pub priors: BTreeMap<String, ClassPrior>,
     pub scrapes: Vec<ScrapeTarget>,
     pub scrape_interval_ms: u64,
+    /// Each tenant's configured rate and weight, in the config's order.
+    pub tenants: Vec<TenantPolicy>,
 }
 
 /// Selects `class` by exactly one of the match fields.
@@ -292,7 +298,23 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-fn fail<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T, ConfigError> {
+/// A name that is not empty and not already one of `names` (of `kind`s).
+pub(crate) fn check_new_name(
+    name: &str,
+    names: &[String],
+    kind: &str,
+    field: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    if name.trim().is_empty() {
+        return fail(field("name"), "must not be empty");
+    }
+    match names.iter().position(|n| n == name) {
+        Some(j) => fail(field("name"), format!("\"{name}\" is already the name of {kind}[{j}]")),
+        None => Ok(()),
+    }
+}
+
+pub(crate) fn fail<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T, ConfigError> {
     Err(ConfigError { field: field.into(), message: message.into() })
 }
 
@@ -308,6 +330,12 @@ pub struct Plan {
     pub src_v6: BTreeMap<(u32, [u8; 16]), RuleTarget>,
     pub dst_ports: BTreeMap<u16, RuleTarget>,
     pub dscp: BTreeMap<u8, RuleTarget>,
+    /// Slot `i` of the TENANTS map.
+    pub tenants: Vec<BucketParams>,
+    pub tenant_names: Vec<String>,
+    /// (prefix length, network address) -> tenant target (slot + 1).
+    pub tenant_v4: BTreeMap<(u32, [u8; 4]), RuleTarget>,
+    pub tenant_v6: BTreeMap<(u32, [u8; 16]), RuleTarget>,
 }
 
 impl Config {
@@ -337,12 +365,7 @@ impl Config {
         }
         for (i, class) in self.classes.iter().enumerate() {
             let field = |name: &str| format!("class[{i}].{name}");
-            if class.name.trim().is_empty() {
-                return fail(field("name"), "must not be empty");
-            }
-            if let Some(j) = plan.class_names.iter().position(|n| *n == class.name) {
-                return fail(field("name"), format!("\"{}\" is already the name of class[{j}]", class.name));
-            }
+            check_new_name(&class.name, &plan.class_names, "class", &field)?;
             plan.classes.push(class_config(class, &field)?);
             plan.class_names.push(class.name.clone());
         }
@@ -365,6 +388,7 @@ impl Config {
             (!plan.dscp.is_empty(), rule_flags::DSCP),
         ];
         plan.global.rules_present = flags.iter().filter(|(on, _)| *on).fold(0, |acc, (_, bit)| acc | bit);
+        add_tenants(&mut plan, &self.tenants)?;
         Ok(plan)
     }
 }
@@ -440,6 +464,11 @@ impl Config {
             priors,
             scrapes: self.scrapes.clone(),
             scrape_interval_ms: self.scrape_interval_ms,
+            tenants: self
+                .tenants
+                .iter()
+                .map(|t| TenantPolicy { name: t.name.clone(), rate: t.rate, weight: t.weight })
+                .collect(),
         })
     }
 }
@@ -456,7 +485,7 @@ pub fn to_milli(tokens: f64) -> u64 {
     (tokens * MILLI).round() as u64
 }
 
-fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, ConfigError> {
+pub(crate) fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, ConfigError> {
     if value.is_nan() {
         return fail(field, "NaN is not a number");
     }
@@ -556,7 +585,7 @@ fn add_rule(plan: &mut Plan, i: usize, rule: &RuleSpec) -> Result<(), ConfigErro
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     const BASE: &str = r#"
@@ -582,7 +611,8 @@ mod tests {
         dst_port = 8000
     "#;
 
-    fn plan_of(extra: &str) -> Result<Plan, String> {
+    /// A two-class config with `extra` appended, planned; the error as text.
+    pub(crate) fn plan_of(extra: &str) -> Result<Plan, String> {
         let text = format!("{BASE}\n{extra}");
         Config::parse(&text).map_err(|e| format!("{e:#}"))?.plan().map_err(|e| e.to_string())
     }

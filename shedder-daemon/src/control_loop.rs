@@ -24,6 +24,7 @@ use crate::{
     estimate::Estimators,
     metrics::Distributions,
     telemetry::{ClassObservations, Observation, gpu::GpuSource, samples::SampleInbox},
+    tenant::share::{ConfiguredShares, TenantLoad, TenantPolicy, TenantShares, lend},
 };
 
 /// How far back the per-class rates are measured.
@@ -46,6 +47,10 @@ pub struct ControlLoop {
     last_tick: Option<Duration>,
     decisions: DecisionLog,
     distributions: Distributions,
+    tenants: Vec<TenantPolicy>,
+    shares: Box<dyn TenantShares>,
+    tenant_offered: CounterRates,
+    tenant_admitted: CounterRates,
 }
 
 impl ControlLoop {
@@ -66,7 +71,17 @@ impl ControlLoop {
             last_tick: None,
             decisions: DecisionLog::new(DECISIONS_KEPT),
             distributions: Distributions::default(),
+            tenants: setup.tenants,
+            shares: Box::new(ConfiguredShares),
+            tenant_offered: CounterRates::default(),
+            tenant_admitted: CounterRates::default(),
         }
+    }
+
+    /// Takes each tenant's share from `shares` instead of its configured rate.
+    pub fn with_tenant_shares(mut self, shares: Box<dyn TenantShares>) -> Self {
+        self.shares = shares;
+        self
     }
 
     /// Where pushed job samples go (the control socket, tests).
@@ -109,6 +124,7 @@ impl ControlLoop {
         self.controller.reconfigure(setup.controller.params().clone(), setup.controller.policies().clone())?;
         self.estimators.reconfigure(setup.estimators.params().clone(), setup.priors)?;
         self.plan = plan;
+        self.tenants = setup.tenants;
         self.inbox.set_classes(self.plan.class_names.iter().cloned());
         // Rates the controller keeps override the new plan's starting rates.
         self.publish_rates()
@@ -157,7 +173,8 @@ impl ControlLoop {
         let inputs =
             TickInputs { estimates: &estimates, gpu: &gpu, admitted: &admitted, offered: &offered, wasted: &wasted };
         let decisions = self.controller.tick(now, &inputs);
-        if !decisions.is_empty() {
+        let lent = self.lend_tenant_rates(now)?;
+        if !decisions.is_empty() || lent {
             self.publish_rates()?;
         }
         for decision in &decisions {
@@ -166,6 +183,49 @@ impl ControlLoop {
         self.decisions.extend(decisions.iter().cloned());
         self.datapath.write_heartbeat(heartbeat_ns)?;
         Ok(decisions)
+    }
+
+    /// Sets each tenant's bucket rate in the plan from its share and what the
+    /// tenants offered ([`lend`]); true when a rate changed.
+    fn lend_tenant_rates(&mut self, now: Duration) -> anyhow::Result<bool> {
+        if self.tenants.is_empty() {
+            return Ok(false);
+        }
+        let snapshots = self.datapath.tenant_snapshots()?;
+        let count = |f: fn(&shedder_common::maps::TenantCounters) -> u64| {
+            snapshots.iter().map(|s| (s.name.clone(), f(&s.counters))).collect()
+        };
+        let offered = self.tenant_offered.update(now, count(|c| c.offered()));
+        let admitted = self.tenant_admitted.update(now, count(|c| c.admitted));
+        let loads: Vec<TenantLoad> = self
+            .tenants
+            .iter()
+            .map(|t| TenantLoad {
+                name: t.name.clone(),
+                configured_rate: t.rate,
+                weight: t.weight,
+                offered: offered.get(&t.name).copied(),
+                admitted: admitted.get(&t.name).copied(),
+            })
+            .collect();
+        let shares = self.shares.shares(&loads);
+        anyhow::ensure!(
+            shares.len() == loads.len(),
+            "the tenant share source gave {} shares for {} tenants",
+            shares.len(),
+            loads.len()
+        );
+        let weights: Vec<f64> = loads.iter().map(|t| t.weight).collect();
+        let demand: Vec<Option<f64>> = loads.iter().map(|t| t.offered).collect();
+        let rates = lend(&shares, &weights, &demand);
+        let mut changed = false;
+        for (slot, rate) in rates.into_iter().enumerate() {
+            let old = self.plan.tenants[slot];
+            let new = BucketParams::new(to_milli(rate), old.burst_milli, old.cost_milli);
+            changed |= new != old;
+            self.plan.tenants[slot] = new;
+        }
+        Ok(changed)
     }
 
     /// Writes the controller's rates into the plan and the maps (which only

@@ -23,13 +23,13 @@ use aya::{
 use shedder_common::{
     bucket::{self, BucketParams},
     classify::RuleTarget,
-    maps::{ClassConfig, ClassCounters, GlobalConfig, MAX_CIDR_RULES, MAX_CLASSES, PassReason, names, programs},
+    maps::{ClassConfig, ClassCounters, GlobalConfig, MAX_CIDR_RULES, PassReason, TenantCounters, names, programs},
 };
 
 use tracing::{info, warn};
 
 use crate::{
-    clock::monotonic_ns,
+    clock::{coarse_tick_ns, monotonic_ns},
     config::Plan,
     lock::ExclusiveLock,
     pin::{PINNED_MAPS, PinDir},
@@ -87,14 +87,34 @@ impl fmt::Display for Attachment {
     }
 }
 
-/// A class's counters and bucket, as read back from the maps.
+/// A class's (or tenant's) counters and bucket, as read back from the maps.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ClassSnapshot {
+pub struct Snapshot<K> {
     pub name: String,
-    pub counters: ClassCounters,
+    pub counters: K,
     /// Milli-tokens left in the bucket right now.
     pub available_milli: u64,
     pub bucket: BucketParams,
+}
+
+pub type ClassSnapshot = Snapshot<ClassCounters>;
+pub type TenantSnapshot = Snapshot<TenantCounters>;
+
+/// Per-CPU counters that add up.
+trait Counts: Pod + Default {
+    fn add(&mut self, other: &Self);
+}
+
+impl Counts for ClassCounters {
+    fn add(&mut self, other: &Self) {
+        ClassCounters::add(self, other)
+    }
+}
+
+impl Counts for TenantCounters {
+    fn add(&mut self, other: &Self) {
+        TenantCounters::add(self, other)
+    }
 }
 
 /// The loaded programs and their maps. Dropping it detaches everything that
@@ -104,18 +124,51 @@ pub struct Datapath {
     /// What the maps hold now; `None` until the first [`Datapath::apply`].
     applied: Option<Applied>,
     pinning: Option<Pinning>,
+    /// How far the coarse clock lags: buckets whose refill over it is small
+    /// against their burst are read with it.
+    coarse_tick_ns: u64,
 }
 
-/// The last plan applied, and where its classes went.
+/// The last plan applied, and where its classes and tenants went.
 struct Applied {
-    /// As given, classes in the config's order.
+    /// As given, classes and tenants in the config's order.
     plan: Plan,
     /// The slot of each of its classes.
     slot_of: Vec<u32>,
-    /// As the maps hold it: classes at their slots, rules pointing at slots.
-    placed: Plan,
-    owners: SlotOwners,
+    /// The slot of each of its tenants.
+    tenant_slot_of: Vec<u32>,
+    placed: Owned,
 }
+
+/// A plan as the maps hold it (classes and tenants at their slots, rules
+/// pointing at slots), and who owns each slot.
+struct Owned {
+    plan: Plan,
+    owners: SlotOwners,
+    tenant_owners: SlotOwners,
+}
+
+/// The maps that hold one kind of slot's owners: classes, or tenants.
+struct SlotMaps {
+    configs: &'static str,
+    buckets: &'static str,
+    counters: &'static str,
+    ids: &'static str,
+}
+
+const CLASS_MAPS: SlotMaps = SlotMaps {
+    configs: names::CLASSES,
+    buckets: names::BUCKETS,
+    counters: names::CLASS_COUNTERS,
+    ids: names::CLASS_IDS,
+};
+
+const TENANT_MAPS: SlotMaps = SlotMaps {
+    configs: names::TENANTS,
+    buckets: names::TENANT_BUCKETS,
+    counters: names::TENANT_COUNTERS,
+    ids: names::TENANT_IDS,
+};
 
 /// A datapath whose maps (and link, where it has one) are pinned.
 struct Pinning {
@@ -202,7 +255,7 @@ impl Datapath {
         xdp.load().map_err(explain_old_kernel).context("loading the XDP program (verifier)")?;
         let tc: &mut SchedClassifier = ebpf.program_mut(programs::TC).context("no TC program")?.try_into()?;
         tc.load().map_err(explain_old_kernel).context("loading the TC program (verifier)")?;
-        Ok(Self { ebpf, applied: None, pinning })
+        Ok(Self { ebpf, applied: None, pinning, coarse_tick_ns: coarse_tick_ns() })
     }
 
     /// Starts forwarding the fast path's rare diagnostics to the `log` crate.
@@ -394,84 +447,108 @@ impl Datapath {
             None if self.pinning.as_ref().is_some_and(|p| p.taken_over) => {
                 Some(inherit::pinned_contents(&self.ebpf).context("reading the pinned maps back")?)
             }
-            None => Some((Plan::default(), SlotOwners::default())),
+            None => Some(Owned {
+                plan: Plan::default(),
+                owners: SlotOwners::default(),
+                tenant_owners: SlotOwners::no_tenants(),
+            }),
         };
-        let (previous, owners) = match (&applied, &start) {
-            (Some(applied), _) => (&applied.placed, &applied.owners),
-            (None, Some((plan, owners))) => (plan, owners),
+        let previous = match (&applied, &start) {
+            (Some(applied), _) => &applied.placed,
+            (None, Some(start)) => start,
             (None, None) => unreachable!("start is read when nothing was applied"),
         };
-        let layout = owners.layout(&plan.class_names);
-        if !layout.reused.is_empty() {
+        let layout = previous.owners.layout(&plan.class_names);
+        let tenant_layout = previous.tenant_owners.layout(&plan.tenant_names);
+        if !layout.reused.is_empty() || !tenant_layout.reused.is_empty() {
             warn!(
                 slots = ?layout.reused,
-                "this change adds and removes more classes than there are free slots: new classes take the \
-                 slots of leaving ones, so until the rules are rewritten a connection may be counted in the \
-                 wrong class. Remove classes in one change and add them in the next to avoid it"
+                tenant_slots = ?tenant_layout.reused,
+                "this change adds and removes more classes (or tenants) than there are free slots: new ones take \
+                 the slots of leaving ones, so until the rules are rewritten a connection may be counted in the \
+                 wrong one. Remove them in one change and add them in the next to avoid it"
             );
         }
-        let placed = slots::place(plan, &layout.slot_of);
-        let written = self.write_plan(applied.is_none(), previous, owners, &placed, &layout.owners);
+        let placed = Owned {
+            plan: slots::place(plan, &layout.slot_of, &tenant_layout.slot_of, self.coarse_tick_ns),
+            owners: layout.owners,
+            tenant_owners: tenant_layout.owners,
+        };
+        let written = self.write_plan(applied.is_none(), previous, &placed);
         // A failed write keeps what was applied before as the base to diff from.
         self.applied = match written {
-            Ok(()) => Some(Applied { plan: plan.clone(), slot_of: layout.slot_of, placed, owners: layout.owners }),
+            Ok(()) => Some(Applied {
+                plan: plan.clone(),
+                slot_of: layout.slot_of,
+                tenant_slot_of: tenant_layout.slot_of,
+                placed,
+            }),
             Err(_) => applied,
         };
         written
     }
 
-    fn write_plan(
-        &mut self,
-        first: bool,
-        previous: &Plan,
-        old_owners: &SlotOwners,
-        plan: &Plan,
-        owners: &SlotOwners,
-    ) -> anyhow::Result<()> {
-        self.write_classes(previous, old_owners, plan, owners)?;
+    fn write_plan(&mut self, first: bool, previous: &Owned, plan: &Owned) -> anyhow::Result<()> {
+        let (old, new) = (&previous.plan, &plan.plan);
+        self.write_slots::<ClassConfig, ClassCounters>(
+            &CLASS_MAPS,
+            (&old.classes, &previous.owners),
+            (&new.classes, &plan.owners),
+            |class| &class.bucket,
+        )?;
+        self.write_slots::<BucketParams, TenantCounters>(
+            &TENANT_MAPS,
+            (&old.tenants, &previous.tenant_owners),
+            (&new.tenants, &plan.tenant_owners),
+            |tenant| tenant,
+        )?;
         let ebpf = &mut self.ebpf;
-        sync_lpm(map_mut(ebpf, names::SRC_V4)?, &previous.src_v4, &plan.src_v4)?;
-        sync_lpm(map_mut(ebpf, names::SRC_V6)?, &previous.src_v6, &plan.src_v6)?;
-        sync_array(map_mut(ebpf, names::DST_PORTS)?, &previous.dst_ports, &plan.dst_ports)?;
-        sync_array(map_mut(ebpf, names::DSCP_IN)?, &previous.dscp, &plan.dscp)?;
+        sync_lpm(map_mut(ebpf, names::SRC_V4)?, &old.src_v4, &new.src_v4)?;
+        sync_lpm(map_mut(ebpf, names::SRC_V6)?, &old.src_v6, &new.src_v6)?;
+        sync_array(map_mut(ebpf, names::DST_PORTS)?, &old.dst_ports, &new.dst_ports)?;
+        sync_array(map_mut(ebpf, names::DSCP_IN)?, &old.dscp, &new.dscp)?;
+        sync_lpm(map_mut(ebpf, names::TENANT_V4)?, &old.tenant_v4, &new.tenant_v4)?;
+        sync_lpm(map_mut(ebpf, names::TENANT_V6)?, &old.tenant_v6, &new.tenant_v6)?;
         // After the rules, so the rule-presence flags never point at rules
         // not yet written, and the default class is already in its slot.
-        if first || previous.global != plan.global {
+        if first || old.global != new.global {
             let mut global: Array<_, GlobalConfig> = Array::try_from(map_mut(ebpf, names::GLOBAL)?)?;
-            global.set(0, plan.global, 0)?;
+            global.set(0, new.global, 0)?;
         }
-        self.clear_left_slots(old_owners, owners)
+        self.clear_left_slots::<ClassConfig>(&CLASS_MAPS, &previous.owners, &plan.owners)?;
+        self.clear_left_slots::<BucketParams>(&TENANT_MAPS, &previous.tenant_owners, &plan.tenant_owners)
     }
 
-    /// Writes the slots of the classes in `plan` that are new or changed.
-    fn write_classes(
+    /// Writes the slots (of classes, or of tenants: `maps` says which) that
+    /// are new or changed from `previous` to `plan`.
+    fn write_slots<C: Pod + PartialEq, K: Pod + Default>(
         &mut self,
-        previous: &Plan,
-        old_owners: &SlotOwners,
-        plan: &Plan,
-        owners: &SlotOwners,
+        maps: &SlotMaps,
+        (previous, old_owners): (&[C], &SlotOwners),
+        (plan, owners): (&[C], &SlotOwners),
+        bucket_of: fn(&C) -> &BucketParams,
     ) -> anyhow::Result<()> {
-        // A class new to its slot starts afresh (full bucket, zero counters)
-        // instead of inheriting what a class that left it had.
-        let changed: Vec<(u32, ClassConfig, Option<&ClassConfig>)> = (0..MAX_CLASSES)
+        // One new to its slot starts afresh (full bucket, zero counters)
+        // instead of inheriting what the one that left it had.
+        let changed: Vec<(u32, C, Option<&C>)> = (0..owners.slots())
             .filter(|slot| owners.get(*slot) != 0)
             .filter_map(|slot| {
-                let new = plan.classes[slot as usize];
-                let old = previous.classes.get(slot as usize).filter(|_| old_owners.get(slot) == owners.get(slot));
+                let new = plan[slot as usize];
+                let old = previous.get(slot as usize).filter(|_| old_owners.get(slot) == owners.get(slot));
                 (old != Some(&new)).then_some((slot, new, old))
             })
             .collect();
-        // New bucket states first: a class new to its slot starts full (TAT 0);
+        // New bucket states first: a slot's new owner starts full (TAT 0);
         // one whose budget changed keeps what it spent, rescaled.
         let now = monotonic_ns();
         let mut tats = Vec::new();
         {
-            let buckets: Array<_, u64> = Array::try_from(map(&self.ebpf, names::BUCKETS)?)?;
+            let buckets: Array<_, u64> = Array::try_from(map(&self.ebpf, maps.buckets)?)?;
             for (slot, new, old) in &changed {
                 match old {
                     None => tats.push((*slot, 0)),
-                    Some(old) if old.bucket != new.bucket => {
-                        tats.push((*slot, bucket::rescale(buckets.get(slot, 0)?, now, &old.bucket, &new.bucket)))
+                    Some(old) if bucket_of(old) != bucket_of(new) => {
+                        tats.push((*slot, bucket::rescale(buckets.get(slot, 0)?, now, bucket_of(old), bucket_of(new))))
                     }
                     Some(_) => {}
                 }
@@ -479,39 +556,43 @@ impl Datapath {
         }
         let fresh: Vec<u32> = changed.iter().filter(|(_, _, old)| old.is_none()).map(|(slot, ..)| *slot).collect();
         if !fresh.is_empty() {
-            let mut counters: PerCpuArray<_, ClassCounters> =
-                PerCpuArray::try_from(map_mut(&mut self.ebpf, names::CLASS_COUNTERS)?)?;
+            let mut counters: PerCpuArray<_, K> = PerCpuArray::try_from(map_mut(&mut self.ebpf, maps.counters)?)?;
             let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow!("{what}: {e}"))?;
             for slot in &fresh {
-                counters.set(*slot, PerCpuValues::try_from(vec![ClassCounters::default(); cpus])?, 0)?;
+                counters.set(*slot, PerCpuValues::try_from(vec![K::default(); cpus])?, 0)?;
             }
         }
-        let mut buckets: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, names::BUCKETS)?)?;
+        let mut buckets: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.buckets)?)?;
         for (slot, tat) in tats {
             buckets.set(slot, tat, 0)?;
         }
-        let mut classes: Array<_, ClassConfig> = Array::try_from(map_mut(&mut self.ebpf, names::CLASSES)?)?;
+        let mut configs: Array<_, C> = Array::try_from(map_mut(&mut self.ebpf, maps.configs)?)?;
         for (slot, new, _) in &changed {
-            classes.set(*slot, *new, 0)?;
+            configs.set(*slot, *new, 0)?;
         }
-        let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, names::CLASS_IDS)?)?;
+        let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.ids)?)?;
         for slot in fresh {
             ids.set(slot, owners.get(slot), 0)?;
         }
         Ok(())
     }
 
-    /// Empties the slots of classes that left, once no rule points at them.
-    fn clear_left_slots(&mut self, old_owners: &SlotOwners, owners: &SlotOwners) -> anyhow::Result<()> {
-        let left: Vec<u32> = (0..MAX_CLASSES).filter(|s| old_owners.get(*s) != 0 && owners.get(*s) == 0).collect();
+    /// Empties the slots whose owners left, once no rule points at them.
+    fn clear_left_slots<C: Pod + Default>(
+        &mut self,
+        maps: &SlotMaps,
+        old_owners: &SlotOwners,
+        owners: &SlotOwners,
+    ) -> anyhow::Result<()> {
+        let left: Vec<u32> = (0..owners.slots()).filter(|s| old_owners.get(*s) != 0 && owners.get(*s) == 0).collect();
         if left.is_empty() {
             return Ok(());
         }
-        let mut classes: Array<_, ClassConfig> = Array::try_from(map_mut(&mut self.ebpf, names::CLASSES)?)?;
+        let mut configs: Array<_, C> = Array::try_from(map_mut(&mut self.ebpf, maps.configs)?)?;
         for slot in &left {
-            classes.set(*slot, ClassConfig::default(), 0)?;
+            configs.set(*slot, C::default(), 0)?;
         }
-        let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, names::CLASS_IDS)?)?;
+        let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.ids)?)?;
         for slot in left {
             ids.set(slot, 0, 0)?;
         }
@@ -521,24 +602,41 @@ impl Datapath {
     /// Counters summed over CPUs, and bucket fill, for every configured class.
     pub fn class_snapshots(&self) -> anyhow::Result<Vec<ClassSnapshot>> {
         let Some(Applied { plan, slot_of, .. }) = &self.applied else { return Ok(Vec::new()) };
-        let counters: PerCpuArray<_, ClassCounters> = PerCpuArray::try_from(map(&self.ebpf, names::CLASS_COUNTERS)?)?;
-        let buckets: Array<_, u64> = Array::try_from(map(&self.ebpf, names::BUCKETS)?)?;
+        let buckets: Vec<_> = plan.classes.iter().map(|class| class.bucket).collect();
+        self.snapshots(&CLASS_MAPS, &plan.class_names, &buckets, slot_of)
+    }
+
+    /// Counters summed over CPUs, and bucket fill, for every configured tenant.
+    pub fn tenant_snapshots(&self) -> anyhow::Result<Vec<TenantSnapshot>> {
+        let Some(Applied { plan, tenant_slot_of, .. }) = &self.applied else { return Ok(Vec::new()) };
+        self.snapshots(&TENANT_MAPS, &plan.tenant_names, &plan.tenants, tenant_slot_of)
+    }
+
+    fn snapshots<K: Counts>(
+        &self,
+        maps: &SlotMaps,
+        names: &[String],
+        buckets: &[BucketParams],
+        slot_of: &[u32],
+    ) -> anyhow::Result<Vec<Snapshot<K>>> {
+        let counters: PerCpuArray<_, K> = PerCpuArray::try_from(map(&self.ebpf, maps.counters)?)?;
+        let tats: Array<_, u64> = Array::try_from(map(&self.ebpf, maps.buckets)?)?;
         let now = monotonic_ns();
-        plan.class_names
+        names
             .iter()
-            .zip(&plan.classes)
+            .zip(buckets)
             .zip(slot_of)
-            .map(|((name, config), slot)| {
-                let mut total = ClassCounters::default();
+            .map(|((name, bucket), slot)| {
+                let mut total = K::default();
                 for cpu in counters.get(slot, 0)?.iter() {
                     total.add(cpu);
                 }
-                let tat = buckets.get(slot, 0)?;
-                Ok(ClassSnapshot {
+                let tat = tats.get(slot, 0)?;
+                Ok(Snapshot {
                     name: name.clone(),
                     counters: total,
-                    available_milli: bucket::available_milli(tat, now, &config.bucket),
-                    bucket: config.bucket,
+                    available_milli: bucket::available_milli(tat, now, bucket),
+                    bucket: *bucket,
                 })
             })
             .collect()
@@ -566,7 +664,7 @@ impl Datapath {
     /// The plan the maps hold, if any was applied: classes at their slots
     /// (a free slot is empty and unnamed), rules pointing at slots.
     pub fn applied(&self) -> Option<&Plan> {
-        self.applied.as_ref().map(|applied| &applied.placed)
+        self.applied.as_ref().map(|applied| &applied.placed.plan)
     }
 }
 

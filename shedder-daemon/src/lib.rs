@@ -19,6 +19,7 @@
 //! * [`listen`]: the listeners' back-off when accepting fails.
 //! * [`privilege`]: the capabilities kept once attached, and dropping the rest.
 //! * [`clock`]: the clock the fast path's buckets run on.
+//! * [`tenant`]: tenants from the config, and the rates lent between them each tick.
 
 pub mod admit;
 pub mod api;
@@ -38,4 +39,5 @@ pub mod privilege;
 pub mod report;
 pub mod service_curve;
 pub mod telemetry;
+pub mod tenant;
 pub mod top;

@@ -60,6 +60,17 @@ struct OutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabel {
+    tenant: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantOutcomeLabel {
+    tenant: String,
+    outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MissingLabel {
     target: String,
     family: &'static str,
@@ -254,6 +265,7 @@ pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
     registry.register("shedder_budget_tokens", "Tokens left in each class's bucket", tokens);
     registry.register("shedder_slack_seconds", "Deadline slack per controlled class at the last tick", slack);
     register_model(&mut registry, control);
+    register_tenants(&mut registry, control)?;
 
     let passed = Family::<ReasonLabel, Counter>::default();
     for (reason, n) in control.datapath().pass_counters()? {
@@ -300,6 +312,37 @@ pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
     let mut text = String::new();
     encode(&mut text, &registry).context("encoding metrics")?;
     Ok(text)
+}
+
+/// Each tenant's counters and bucket.
+fn register_tenants(registry: &mut Registry, control: &crate::control_loop::ControlLoop) -> anyhow::Result<()> {
+    let outcomes = Family::<TenantOutcomeLabel, Counter>::default();
+    let (rate, burst) = (
+        Family::<TenantLabel, Gauge<f64, AtomicU64>>::default(),
+        Family::<TenantLabel, Gauge<f64, AtomicU64>>::default(),
+    );
+    for snapshot in control.datapath().tenant_snapshots()? {
+        let c = snapshot.counters;
+        for (outcome, n) in [("admitted", c.admitted), ("over_tenant", c.over_tenant), ("over_class", c.over_class)] {
+            outcomes.get_or_create(&TenantOutcomeLabel { tenant: snapshot.name.clone(), outcome }).inc_by(n);
+        }
+        let tenant = TenantLabel { tenant: snapshot.name.clone() };
+        rate.get_or_create(&tenant).set(snapshot.bucket.rate_milli as f64 / 1000.0);
+        burst.get_or_create(&tenant).set(snapshot.bucket.burst_milli as f64 / 1000.0);
+    }
+    registry.register(
+        "shedder_tenant_syns",
+        "Charged new connections by tenant and outcome: admitted, refused by the tenant's bucket (over_tenant), \
+         or by its class's (over_class)",
+        outcomes,
+    );
+    registry.register(
+        "shedder_tenant_rate",
+        "Each tenant's bucket rate now, with lending: connections per second",
+        rate,
+    );
+    registry.register("shedder_tenant_burst", "Each tenant's bucket depth, connections", burst);
+    Ok(())
 }
 
 /// Connections served at once: a scraper or two, and people with curl.

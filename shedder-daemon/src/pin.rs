@@ -27,7 +27,7 @@ pub const DEFAULT_ROOT: &str = "/sys/fs/bpf/shedder";
 const BPFFS_MOUNT: &str = "/sys/fs/bpf";
 
 /// The maps a restart takes over: every one of ours (aya-log's ring is not state).
-pub const PINNED_MAPS: [&str; 11] = [
+pub const PINNED_MAPS: [&str; 17] = [
     names::GLOBAL,
     names::CLASSES,
     names::BUCKETS,
@@ -39,6 +39,12 @@ pub const PINNED_MAPS: [&str; 11] = [
     names::DSCP_IN,
     names::HEARTBEAT,
     names::CLASS_IDS,
+    names::TENANTS,
+    names::TENANT_BUCKETS,
+    names::TENANT_COUNTERS,
+    names::TENANT_V4,
+    names::TENANT_V6,
+    names::TENANT_IDS,
 ];
 
 /// The link's file name says how it was attached: the kernel's link info does

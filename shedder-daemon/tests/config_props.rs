@@ -356,5 +356,6 @@ fn a_full_cidr_trie_can_be_replaced_by_other_rules() {
         RuleSpec { class: "web".into(), src_cidr: Some("10.9.0.0/16".parse().unwrap()), dst_port: None, dscp: None };
     let other = Config { rules: vec![one], ..base };
     daemon.replace_config(other).unwrap_or_else(|e| panic!("replacing a full trie: {e}"));
-    assert_eq!(maps.read(None).without_buckets(), MapContents::of_plan(daemon.control().plan()));
+    let placed = daemon.control().datapath().applied().unwrap().clone();
+    assert_eq!(maps.read(None).without_buckets(), MapContents::of_plan(&placed));
 }

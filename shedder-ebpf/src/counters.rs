@@ -1,8 +1,9 @@
-//! Per-CPU counters: one outcome per classified SYN, one reason per passed packet.
+//! Per-CPU counters: one outcome per classified SYN (and per charged SYN of a
+//! tenant), one reason per passed packet.
 
-use shedder_common::{maps::PassReason, verdict::Outcome};
+use shedder_common::{maps::PassReason, tenant::Fit, verdict::Outcome};
 
-use crate::maps::{CLASS_COUNTERS, PASS_COUNTERS};
+use crate::maps::{CLASS_COUNTERS, PASS_COUNTERS, TENANT_COUNTERS};
 
 #[inline(always)]
 pub fn count_pass(reason: PassReason) {
@@ -26,5 +27,19 @@ pub fn count_outcome(class: u32, outcome: Outcome) {
         Outcome::Rejected => c.rejected += 1,
         Outcome::Marked => c.marked += 1,
         Outcome::WouldShed => c.would_shed += 1,
+    }
+}
+
+#[inline(always)]
+pub fn count_tenant(tenant: u32, fit: Fit) {
+    let Some(c) = TENANT_COUNTERS.get_ptr_mut(tenant) else {
+        return;
+    };
+    // SAFETY: per-CPU slot; nothing else on this CPU runs concurrently.
+    let c = unsafe { &mut *c };
+    match fit {
+        Fit::Both => c.admitted += 1,
+        Fit::OverTenant => c.over_tenant += 1,
+        Fit::OverClass => c.over_class += 1,
     }
 }

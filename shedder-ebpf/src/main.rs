@@ -1,7 +1,8 @@
 //! shedder's fast path: admission of new TCP connections, per class, at the NIC.
 //!
 //! Split like Katran's balancer: [`parse`] finds a bare SYN, [`classify`] maps
-//! it to a class, [`bucket`] charges the class's token bucket, [`act`] rewrites
+//! it to a class, [`tenant`] finds its tenant and charges the tenant's and the
+//! class's token buckets ([`bucket`]), [`act`] rewrites
 //! the packet for reject and mark; [`watchdog`] stops all shedding while the
 //! daemon's heartbeat is stale. The XDP and TC entry points below share all
 //! of it and differ only in how they reach the packet ([`hook`]) and send a reply.
@@ -18,6 +19,7 @@ mod frame;
 mod hook;
 mod maps;
 mod parse;
+mod tenant;
 mod watchdog;
 
 use aya_ebpf::{
@@ -33,7 +35,7 @@ use shedder_common::{
     verdict::{Outcome, charges_bucket, decide},
 };
 
-use crate::{bucket::Charge, frame::Frame, hook::Hook};
+use crate::{frame::Frame, hook::Hook};
 
 /// What the attachment must do with the frame.
 enum Verdict {
@@ -70,15 +72,15 @@ fn admit<H: Hook>(ctx: &H, frame: &Frame, parsed: Result<parse::Syn, PassReason>
         counters::count_pass(PassReason::FailOpen);
         return Verdict::Pass;
     }
-    let fits = !charged
-        || match bucket::charge_class(class, &config.bucket) {
-            Charge::Fits => true,
-            Charge::Empty => false,
-            Charge::Contended => {
-                warn!(ctx, "class {} bucket contended; judged empty", class);
-                false
-            }
-        };
+    let mut fits = true;
+    if charged {
+        let tenant = tenant::tenant_of(&syn.addrs, global);
+        let fit = tenant::charge(ctx, class, &config.bucket, tenant);
+        if let Some(tenant) = tenant {
+            counters::count_tenant(tenant, fit);
+        }
+        fits = fit.fits();
+    }
     let action = Action::from_u8(config.action);
     let outcome = decide(mode, action, fits);
     counters::count_outcome(class, outcome);

@@ -6,10 +6,11 @@ use aya_ebpf::{
     maps::{Array, LpmTrie, PerCpuArray},
 };
 use shedder_common::{
+    bucket::BucketParams,
     classify::RuleTarget,
     maps::{
-        ClassConfig, ClassCounters, DSCP_SLOTS, GlobalConfig, MAX_CIDR_RULES, MAX_CLASSES, PASS_REASON_SLOTS,
-        PORT_SLOTS,
+        ClassConfig, ClassCounters, DSCP_SLOTS, GlobalConfig, MAX_CIDR_RULES, MAX_CLASSES, MAX_TENANTS,
+        PASS_REASON_SLOTS, PORT_SLOTS, TenantCounters,
     },
 };
 
@@ -51,3 +52,26 @@ pub static HEARTBEAT: Array<u64> = Array::with_max_entries(1, 0);
 /// maps tell a class that kept its slot (and so its state) from a new one.
 #[map]
 pub static CLASS_IDS: Array<u64> = Array::with_max_entries(MAX_CLASSES, 0);
+
+/// Each tenant's bucket (slot `i`), written only by the daemon.
+#[map]
+pub static TENANTS: Array<BucketParams> = Array::with_max_entries(MAX_TENANTS, 0);
+
+/// One TAT per tenant, shared by all CPUs, apart from the configuration so
+/// a rewritten rate never resets what the bucket has spent.
+#[map]
+pub static TENANT_BUCKETS: Array<u64> = Array::with_max_entries(MAX_TENANTS, 0);
+
+#[map]
+pub static TENANT_COUNTERS: PerCpuArray<TenantCounters> = PerCpuArray::with_max_entries(MAX_TENANTS, 0);
+
+/// Source CIDR -> tenant slot + 1, apart from the class rules.
+#[map]
+pub static TENANT_V4: LpmTrie<[u8; 4], RuleTarget> = LpmTrie::with_max_entries(MAX_CIDR_RULES, 0);
+
+#[map]
+pub static TENANT_V6: LpmTrie<[u8; 16], RuleTarget> = LpmTrie::with_max_entries(MAX_CIDR_RULES, 0);
+
+/// Which tenant owns each slot (a digest of its name), as `CLASS_IDS` for classes.
+#[map]
+pub static TENANT_IDS: Array<u64> = Array::with_max_entries(MAX_TENANTS, 0);

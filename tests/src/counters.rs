@@ -1,9 +1,10 @@
-//! The fast path's counters by name ("web.admitted", "pass.not_syn"), and
+//! The fast path's counters by name ("web.admitted", "pass.not_syn",
+//! "tenant acme.over_class"), and
 //! what a run of frames moved, so a test can compare it with what it expected.
 
 use std::collections::BTreeMap;
 
-use shedder_common::{maps::PassReason, reference::Counted, verdict::Outcome};
+use shedder_common::{maps::PassReason, reference::Counted, tenant::Fit, verdict::Outcome};
 use shedder_daemon::datapath::Datapath;
 
 /// Counter name -> value (or, for a set of moves, -> how much it moved).
@@ -23,6 +24,17 @@ pub fn counters(datapath: &Datapath) -> Counters {
             ("would_shed", c.would_shed),
         ] {
             all.insert(format!("{}.{field}", class.name), value);
+        }
+    }
+    for tenant in datapath.tenant_snapshots().expect("reading tenant counters") {
+        let c = tenant.counters;
+        for fit in [Fit::Both, Fit::OverTenant, Fit::OverClass] {
+            let value = match fit {
+                Fit::Both => c.admitted,
+                Fit::OverTenant => c.over_tenant,
+                Fit::OverClass => c.over_class,
+            };
+            all.insert(tenant_counter(&tenant.name, fit), value);
         }
     }
     for (reason, value) in datapath.pass_counters().expect("reading pass counters") {
@@ -67,6 +79,26 @@ pub fn counted_moves(counted: Counted, class_names: &[String]) -> Counters {
         Counted::Pass(reason) => pass_moves(reason),
         Counted::Nothing => Counters::new(),
     }
+}
+
+fn tenant_counter(tenant: &str, fit: Fit) -> String {
+    let field = match fit {
+        Fit::Both => "admitted",
+        Fit::OverTenant => "over_tenant",
+        Fit::OverClass => "over_class",
+    };
+    format!("tenant {tenant}.{field}")
+}
+
+/// One charged SYN of `tenant` that ended as `fit`.
+pub fn tenant_moves(tenant: &str, fit: Fit) -> Counters {
+    [(tenant_counter(tenant, fit), 1)].into()
+}
+
+/// What the reference says one frame moves of the tenant counters;
+/// `tenant_names` names the slots.
+pub fn counted_tenant_moves(tenant: Option<(u32, Fit)>, tenant_names: &[String]) -> Counters {
+    tenant.map_or_else(Counters::new, |(slot, fit)| tenant_moves(&tenant_names[slot as usize], fit))
 }
 
 /// Adds `more` to a running total of moves.

@@ -5,6 +5,7 @@
 //! Traffic only ever goes to addresses these guards assign inside namespaces
 //! they created.
 
+pub mod bed_daemon;
 pub mod bpffs;
 pub mod child;
 pub mod counters;

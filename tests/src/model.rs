@@ -24,6 +24,9 @@ impl Model {
             src_v6: plan.src_v6.clone(),
             dst_ports: plan.dst_ports.clone(),
             dscp: plan.dscp.clone(),
+            tenants: plan.tenants.clone(),
+            tenant_v4: plan.tenant_v4.clone(),
+            tenant_v6: plan.tenant_v6.clone(),
         };
         Self { tables, live: Live::default() }
     }

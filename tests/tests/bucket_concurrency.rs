@@ -1,7 +1,8 @@
-//! The shared bucket under real concurrency: one CPU per thread, each running
-//! the XDP program on the same class's SYNs through BPF_PROG_TEST_RUN at the
-//! same time. The compare-and-swap in the program must never let the CPUs
-//! together admit more than the bucket holds.
+//! The shared buckets under real concurrency: one CPU per thread, each running
+//! the XDP program on the same SYN through BPF_PROG_TEST_RUN at the same
+//! time. The compare-and-swaps in the program must never let the CPUs
+//! together admit more than a bucket holds, a class's or a tenant's, and a
+//! tenant's refunds must give back exactly what the class refused.
 
 use shedder_tests::test_run::XDP_DROP;
 use std::sync::{Arc, Barrier};
@@ -11,10 +12,9 @@ use nix::{sched::CpuSet, unistd::Pid};
 use shedder_daemon::{config::Config, datapath::Datapath};
 use shedder_tests::packets::TcpFrame;
 
-/// A class that holds `BURST` tokens and refills too slowly to matter
-/// (one token per 1000 s): exactly `BURST` SYNs may ever get in.
-const BURST: u64 = 5_000;
-const CONFIG: &str = r#"
+/// Buckets that refill too slowly to matter (one token per 1000 s): exactly
+/// their burst may ever get in.
+const CLASS_ALONE: &str = r#"
 mode = "enforce"
 default_class = "scarce"
 
@@ -25,17 +25,54 @@ burst = 5000
 action = "drop"
 "#;
 
-#[test]
-fn concurrent_cpus_never_admit_more_than_the_bucket_holds() {
+/// The tenant (the default frame's source, 10.0.0.2) is the scarce bucket.
+const TENANT_SCARCE: &str = r#"
+mode = "enforce"
+default_class = "open"
+
+[[class]]
+name = "open"
+rate = 1e9
+burst = 1e9
+action = "drop"
+
+[[tenant]]
+name = "acme"
+cidrs = ["10.0.0.0/24"]
+rate = 0.001
+burst = 5000
+"#;
+
+/// The class runs dry first; every SYN it refuses must be refunded to the tenant.
+const CLASS_SCARCE: &str = r#"
+mode = "enforce"
+default_class = "scarce"
+
+[[class]]
+name = "scarce"
+rate = 0.001
+burst = 3000
+action = "drop"
+
+[[tenant]]
+name = "acme"
+cidrs = ["10.0.0.0/24"]
+rate = 0.001
+burst = 8000
+"#;
+
+const REPEATS: u32 = 200_000;
+
+/// Runs the default IPv4 SYN `REPEATS` times on each of up to 8 CPUs at
+/// once; returns the datapath and how many SYNs were sent.
+fn race(config: &str) -> (Arc<Datapath>, u64) {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
     assert!(cpus >= 2, "this machine has one CPU: concurrency cannot be exercised");
     let mut datapath = Datapath::load().unwrap();
-    datapath.apply(&Config::parse(CONFIG).unwrap().plan().unwrap()).unwrap();
+    datapath.apply(&Config::parse(config).unwrap().plan().unwrap()).unwrap();
     let datapath = Arc::new(datapath);
     let frame = Arc::new(TcpFrame::v4_default().syn().build());
-    let repeats: u32 = 200_000;
     let start = Arc::new(Barrier::new(cpus));
-
     let workers: Vec<_> = (0..cpus)
         .map(|cpu| {
             let (datapath, frame, start) = (datapath.clone(), frame.clone(), start.clone());
@@ -46,13 +83,13 @@ fn concurrent_cpus_never_admit_more_than_the_bucket_holds() {
                 let mut out = vec![0u8; frame.len()];
                 start.wait();
                 // Admitted and dropped SYNs leave the buffer as it was, so
-                // every repeat is the same SYN charging the same bucket.
+                // every repeat is the same SYN charging the same buckets.
                 let result = datapath
                     .xdp()
                     .test_run(TestRunOptions {
                         data_in: Some(&frame),
                         data_out: Some(&mut out),
-                        repeat: repeats,
+                        repeat: REPEATS,
                         ..Default::default()
                     })
                     .unwrap();
@@ -62,14 +99,41 @@ fn concurrent_cpus_never_admit_more_than_the_bucket_holds() {
         })
         .collect();
     let last_verdicts: Vec<u32> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    assert!(last_verdicts.iter().all(|v| *v == XDP_DROP), "{last_verdicts:?}");
+    (datapath, REPEATS as u64 * cpus as u64)
+}
 
-    let snapshot = datapath.class_snapshots().unwrap().remove(0);
-    let c = snapshot.counters;
-    let sent = repeats as u64 * cpus as u64;
+#[test]
+fn concurrent_cpus_never_admit_more_than_the_bucket_holds() {
+    let (datapath, sent) = race(CLASS_ALONE);
+    let c = datapath.class_snapshots().unwrap().remove(0).counters;
     assert_eq!(c.seen, sent, "every SYN from every CPU is counted once");
     assert_eq!(c.admitted + c.dropped, sent);
     // The refill over a test this short is far below one token, so the
     // bound is the burst itself, with no per-CPU slack at all.
-    assert_eq!(c.admitted, BURST, "admitted {} of a {BURST}-token bucket across {cpus} CPUs", c.admitted);
-    assert!(last_verdicts.iter().all(|v| *v == XDP_DROP), "{last_verdicts:?}");
+    assert_eq!(c.admitted, 5000, "admitted {} of a 5000-token bucket", c.admitted);
+}
+
+#[test]
+fn concurrent_cpus_never_admit_more_than_a_tenant_holds() {
+    let (datapath, sent) = race(TENANT_SCARCE);
+    let class = datapath.class_snapshots().unwrap().remove(0).counters;
+    let tenant = datapath.tenant_snapshots().unwrap().remove(0).counters;
+    assert_eq!(tenant.offered(), sent, "every SYN from every CPU is counted once for its tenant");
+    assert_eq!((tenant.admitted, tenant.over_class), (5000, 0), "admitted of a 5000-token tenant: {tenant:?}");
+    assert_eq!(class.admitted, 5000, "the class admits only what the tenant let through");
+}
+
+#[test]
+fn a_class_refusal_gives_the_tenant_back_exactly_its_tokens_under_concurrency() {
+    let (datapath, sent) = race(CLASS_SCARCE);
+    let class = datapath.class_snapshots().unwrap().remove(0);
+    let tenant = datapath.tenant_snapshots().unwrap().remove(0);
+    let t = tenant.counters;
+    assert_eq!(class.counters.admitted, 3000, "{:?}", class.counters);
+    assert_eq!((t.admitted, t.over_tenant, t.over_class), (3000, 0, sent - 3000), "{t:?}");
+    // Every refused SYN's token came back: the tenant spent only what the
+    // class admitted (plus refill far below one token over the test).
+    let left = tenant.available_milli;
+    assert!((5_000_000..5_000_000 + 100).contains(&left), "tenant holds {left} milli-tokens, want 5000 tokens");
 }

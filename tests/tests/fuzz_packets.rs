@@ -22,7 +22,7 @@ use shedder_daemon::{
     datapath::Datapath,
 };
 use shedder_tests::{
-    counters::{Counters, add_moves, counted_moves, counters, moved},
+    counters::{Counters, add_moves, counted_moves, counted_tenant_moves, counters, moved},
     frame_fuzz::{Targets, any_frame},
     model::Model,
     test_run::{Hook, describe_difference, hex, run},
@@ -42,7 +42,9 @@ const SHOWN: usize = 12;
 
 /// Every outcome and action, on each kind of rule: closed classes (rate 0,
 /// no clock), wide-open ones (never empty), off and observe modes, and two
-/// slow-refill buckets that run dry mid-run (the model keeps their state).
+/// slow-refill buckets that run dry mid-run (the model keeps their state);
+/// tenants over the default client's networks (open), the CIDR classes'
+/// IPv4 networks (a slow bucket that runs dry) and an IPv6 network (closed).
 const MIXED: &str = r#"
 mode = "enforce"
 default_class = "rest"
@@ -188,6 +190,24 @@ src_cidr = "fd09::/16"
 [[rule]]
 class = "net6_narrow"
 src_cidr = "fd09:9::/32"
+
+[[tenant]]
+name = "t_open"
+cidrs = ["10.0.0.0/24", "fd00::/64"]
+rate = 1e9
+burst = 1e9
+
+[[tenant]]
+name = "t_paced"
+cidrs = ["10.9.0.0/16"]
+rate = 0.001
+burst = 200
+
+[[tenant]]
+name = "t_closed"
+cidrs = ["fd01::/16"]
+rate = 0
+burst = 1
 "#;
 
 /// Globally observing, DSCP rules only (no CIDR lookups), one class enforcing on its own.
@@ -400,6 +420,7 @@ fn campaign(config: &str, frames: usize, seed: u64) -> Report {
                 ));
             }
             add_moves(&mut expected, counted_moves(want.counted, &plan.class_names));
+            add_moves(&mut expected, counted_tenant_moves(want.tenant, &plan.tenant_names));
         }
         let got = moved(&before, &counters(&datapath));
         if got != expected {
@@ -469,6 +490,12 @@ fn mixed_rules_and_actions_agree_with_the_reference() {
             "net4_host.marked",
             "net6.rejected",
             "net6_narrow.admitted",
+            "tenant t_open.admitted",
+            "tenant t_open.over_class",
+            "tenant t_paced.admitted",
+            "tenant t_paced.over_tenant",
+            "tenant t_paced.over_class",
+            "tenant t_closed.over_tenant",
         ]
         .map(String::from),
     );

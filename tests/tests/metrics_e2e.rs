@@ -1,6 +1,6 @@
 //! `/metrics` as Prometheus sees it: scraped over HTTP from the daemon's own
 //! endpoint and parsed with a Prometheus text parser, its per-class counters
-//! equal the connections this test made over real TCP.
+//! and per-tenant counters equal the connections this test made over real TCP.
 
 use std::{
     io::{Read as _, Write as _},
@@ -37,6 +37,13 @@ action = "reject"
 [[rule]]
 class = "closed"
 dst_port = 8000
+
+# The client's network: every connection is this tenant's too.
+[[tenant]]
+name = "lab"
+cidrs = ["10.213.0.0/24"]
+rate = 1000
+burst = 100
 "#;
 
 /// The value of the one sample named `name` whose labels include all of `labels`.
@@ -127,6 +134,10 @@ fn scraped_counters_equal_the_connections_made() {
     assert_eq!(value(&metrics, "shedder_syns_total", &[("class", "open"), ("outcome", "admitted")]), 7.0);
     assert_eq!(value(&metrics, "shedder_syns_total", &[("class", "closed"), ("outcome", "rejected")]), 5.0);
     assert_eq!(value(&metrics, "shedder_syns_seen_total", &[("class", "closed")]), 5.0);
+    let tenant = |outcome| value(&metrics, "shedder_tenant_syns_total", &[("tenant", "lab"), ("outcome", outcome)]);
+    assert_eq!((tenant("admitted"), tenant("over_tenant"), tenant("over_class")), (7.0, 0.0, 5.0));
+    assert_eq!(value(&metrics, "shedder_tenant_rate", &[("tenant", "lab")]), 1000.0);
+    assert_eq!(value(&metrics, "shedder_tenant_burst", &[("tenant", "lab")]), 100.0);
     assert_eq!(value(&metrics, "shedder_budget_rate", &[("class", "open")]), 10000.0);
     let service = metrics.samples.iter().find(|s| s.metric == "shedder_service_seconds").expect("service histogram");
     match &service.value {

@@ -21,21 +21,27 @@
 //! specification, so a row it judges differently is a bug in the reference.
 //!
 //! A feature with many rows of its own keeps them in a file of its own under
-//! `packet_table/`, run by this same binary: [`ipv6_extension_headers`].
+//! `packet_table/`, run by this same binary: [`ipv6_extension_headers`],
+//! [`tenants`].
 
 #[path = "packet_table/ipv6_extension_headers.rs"]
 mod ipv6_extension_headers;
+#[path = "packet_table/tenants.rs"]
+mod tenants;
 
 use std::net::Ipv6Addr;
 
 use etherparse::{LinkHeader, NetHeaders, PacketHeaders, TransportHeader, VlanHeader};
-use shedder_common::{maps::PassReason, reference::Verdict, verdict::Outcome};
+use shedder_common::{maps::PassReason, reference::Verdict, tenant::Fit, verdict::Outcome};
 use shedder_daemon::{
     config::{Config, Plan},
     datapath::Datapath,
 };
 use shedder_tests::{
-    counters::{Counters, class_moves, counted_moves, counters, moved, pass_moves},
+    counters::{
+        Counters, add_moves, class_moves, counted_moves, counted_tenant_moves, counters, moved, pass_moves,
+        tenant_moves,
+    },
     model::Model,
     packets::{
         ACK, CLIENT_MAC, CLIENT_V4, Ip, RST, SERVER_V4, SERVER_V6, SYN, TCP_LEN, TcpFrame, arp_request, padded,
@@ -68,11 +74,18 @@ struct Row {
     verdict: Verdict,
     out: Out,
     effect: Effect,
+    /// The tenant counter the row moves too, if the SYN has a tenant.
+    tenant: Option<(&'static str, Fit)>,
     /// The hooks the kernel lets this frame be test-run through.
     hooks: &'static [Hook],
 }
 
 impl Row {
+    fn tenant(mut self, tenant: &'static str, fit: Fit) -> Self {
+        self.tenant = Some((tenant, fit));
+        self
+    }
+
     fn xdp_only(mut self) -> Self {
         self.hooks = &[Hook::Xdp];
         self
@@ -86,6 +99,7 @@ fn passed(what: impl Into<String>, frame: Vec<u8>, reason: PassReason) -> Row {
         verdict: Verdict::Pass,
         out: Out::Same,
         effect: Effect::Pass(reason),
+        tenant: None,
         hooks: &HOOKS,
     }
 }
@@ -101,6 +115,7 @@ fn admitted_frame(what: impl Into<String>, frame: Vec<u8>, class: &'static str) 
         verdict: Verdict::Pass,
         out: Out::Same,
         effect: Effect::Class(class, Outcome::Admitted),
+        tenant: None,
         hooks: &HOOKS,
     }
 }
@@ -112,6 +127,7 @@ fn dropped(what: impl Into<String>, syn: &TcpFrame, class: &'static str) -> Row 
         verdict: Verdict::Drop,
         out: Out::Same,
         effect: Effect::Class(class, Outcome::Dropped),
+        tenant: None,
         hooks: &HOOKS,
     }
 }
@@ -123,6 +139,7 @@ fn would_shed(what: impl Into<String>, syn: &TcpFrame, class: &'static str) -> R
         verdict: Verdict::Pass,
         out: Out::Same,
         effect: Effect::Class(class, Outcome::WouldShed),
+        tenant: None,
         hooks: &HOOKS,
     }
 }
@@ -135,6 +152,7 @@ fn rejected(what: impl Into<String>, frame: Vec<u8>, syn: &TcpFrame, class: &'st
         verdict: Verdict::Reply,
         out: Out::RstFor(syn.clone()),
         effect: Effect::Class(class, Outcome::Rejected),
+        tenant: None,
         hooks: &HOOKS,
     }
 }
@@ -146,6 +164,7 @@ fn marked(what: impl Into<String>, syn: &TcpFrame, class: &'static str, dscp: u8
         verdict: Verdict::Pass,
         out: Out::Marked(syn.clone(), dscp),
         effect: Effect::Class(class, Outcome::Marked),
+        tenant: None,
         hooks: &HOOKS,
     }
 }
@@ -162,17 +181,21 @@ fn load(config: &str) -> Datapath {
     datapath
 }
 
-fn expected_moves(effect: &Effect) -> Counters {
-    match effect {
+fn expected_moves(row: &Row) -> Counters {
+    let mut moves = match &row.effect {
         Effect::Class(class, outcome) => class_moves(class, *outcome),
         Effect::Pass(reason) => pass_moves(*reason),
+    };
+    if let Some((tenant, fit)) = row.tenant {
+        add_moves(&mut moves, tenant_moves(tenant, fit));
     }
+    moves
 }
 
 /// Runs one row; every way it went wrong, or nothing. The host reference
 /// (`shedder_common::reference`) judges the row too: a row it disagrees with
 /// is a bug in the reference or in the row.
-fn check_row(datapath: &Datapath, model: &mut Model, class_names: &[String], hook: Hook, row: &Row) -> Vec<String> {
+fn check_row(datapath: &Datapath, model: &mut Model, plan: &Plan, hook: Hook, row: &Row) -> Vec<String> {
     let reference = model.judge(&row.frame);
     let before = counters(datapath);
     let (code, out) = match run(datapath, hook, &row.frame) {
@@ -199,11 +222,12 @@ fn check_row(datapath: &Datapath, model: &mut Model, class_names: &[String], hoo
     if out != want_out {
         errors.push(describe_difference(&out, &want_out));
     }
-    let (got_moves, want_moves) = (moved(&before, &after), expected_moves(&row.effect));
+    let (got_moves, want_moves) = (moved(&before, &after), expected_moves(row));
     if got_moves != want_moves {
         errors.push(format!("counters moved {got_moves:?}, want {want_moves:?}"));
     }
-    let reference_moves = counted_moves(reference.counted, class_names);
+    let mut reference_moves = counted_moves(reference.counted, &plan.class_names);
+    add_moves(&mut reference_moves, counted_tenant_moves(reference.tenant, &plan.tenant_names));
     if (reference.verdict, &reference_moves) != (row.verdict, &want_moves) {
         errors.push(format!("reference: {:?} moving {reference_moves:?}", reference.verdict));
     }
@@ -221,7 +245,7 @@ fn check_table(config: &str, rows: &[Row]) {
         let datapath = load(config);
         let mut model = Model::fresh(&plan);
         for row in rows.iter().filter(|row| row.hooks.contains(&hook)) {
-            for error in check_row(&datapath, &mut model, &plan.class_names, hook, row) {
+            for error in check_row(&datapath, &mut model, &plan, hook, row) {
                 failures.push(format!("[{hook:?}] {}: {error}", row.what));
             }
         }

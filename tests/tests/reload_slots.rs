@@ -158,3 +158,38 @@ fn reloads_that_reorder_classes_under_traffic_misroute_nothing_and_keep_counters
 fn reloads_with_ten_thousand_port_rules_and_a_full_cidr_trie_misroute_nothing() {
     reload_under_traffic(&many_rules(), 20);
 }
+
+/// An open class, and tenants on the default frame's source (10.0.0.2) and
+/// elsewhere, each of two tokens, in the order given.
+fn tenants_config(tenants: &[(&str, &str)]) -> String {
+    let mut text = config(&[]);
+    for (name, cidr) in tenants {
+        text += &format!("[[tenant]]\nname = \"{name}\"\ncidrs = [\"{cidr}\"]\nrate = 0.001\nburst = 2\n");
+    }
+    text
+}
+
+fn tenant_counters(datapath: &Datapath, tenant: &str) -> shedder_common::maps::TenantCounters {
+    datapath.tenant_snapshots().unwrap().into_iter().find(|t| t.name == tenant).unwrap().counters
+}
+
+#[test]
+fn tenants_keep_their_bucket_and_counters_by_name_across_reloads() {
+    let mut datapath = Datapath::load().unwrap();
+    let apply = |datapath: &mut Datapath, tenants: &[(&str, &str)]| {
+        datapath.apply(&Config::parse(&tenants_config(tenants)).unwrap().plan().unwrap()).unwrap()
+    };
+    apply(&mut datapath, &[("acme", "10.0.0.0/24")]);
+    assert_eq!(verdicts(&datapath, 80, 3), [XDP_PASS, XDP_PASS, XDP_DROP], "acme's two tokens, then empty");
+    let acme = tenant_counters(&datapath, "acme");
+
+    // A new tenant comes first in the file; acme keeps its slot, bucket and counters.
+    apply(&mut datapath, &[("zeta", "10.9.0.0/16"), ("acme", "10.0.0.0/24")]);
+    assert_eq!(tenant_counters(&datapath, "acme"), acme, "acme keeps its counters");
+    assert_eq!(tenant_counters(&datapath, "zeta").offered(), 0, "zeta starts with its own counters");
+    assert_eq!(verdicts(&datapath, 80, 1), [XDP_DROP], "acme's bucket is still empty");
+
+    // The default source moves to zeta, which has a full bucket of its own.
+    apply(&mut datapath, &[("zeta", "10.0.0.0/24"), ("acme", "10.9.0.0/16")]);
+    assert_eq!(verdicts(&datapath, 80, 3), [XDP_PASS, XDP_PASS, XDP_DROP], "zeta's own two tokens");
+}

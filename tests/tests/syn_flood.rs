@@ -32,8 +32,7 @@
 
 use std::{
     io::{Read as _, Write as _},
-    net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream},
-    os::fd::AsRawFd as _,
+    net::{SocketAddr, SocketAddrV4, TcpStream},
     path::{Path, PathBuf},
     sync::{
         Arc,
@@ -46,10 +45,9 @@ use std::{
 use nix::sys::signal::Signal;
 use shedder_daemon::api::ctl::{self, CtlOp};
 use shedder_tests::{
-    daemon_process::{DaemonProcess, daemon_binary},
+    bed_daemon::{BedDaemon, serve},
     flood::{FloodLimits, FloodReport, FloodTarget, SynFlood, link_mac},
     netns::Testbed,
-    scratch::ScratchDir,
 };
 
 const API_PORT: u16 = 8000;
@@ -97,31 +95,16 @@ class = "flood"
 dst_port = 9001
 "#;
 
-/// `shedder run` in the server namespace, with this test's config and
-/// control socket in a scratch directory; killed and cleaned up on drop.
-/// `--no-pin`: nothing outlives the daemon.
-struct FloodDaemon {
-    process: DaemonProcess,
-    scratch: ScratchDir,
-}
+/// The daemon under test, with this test's config.
+struct FloodDaemon(BedDaemon);
 
 impl FloodDaemon {
     fn start(bed: &Testbed) -> Self {
-        let scratch = ScratchDir::new("shedder-flood-").unwrap();
-        let config = scratch.write("shedder.toml", CONFIG).unwrap();
-        let mut cmd = bed.server.command(daemon_binary());
-        cmd.args(["run", "--no-pin", "--iface", &bed.server_if, "--attach", "xdp", "--report-every", "60"])
-            .arg("--config")
-            .arg(config)
-            .arg("--socket")
-            .arg(scratch.path().join("control.sock"));
-        let mut process = DaemonProcess::start(&mut cmd).unwrap();
-        process.wait_for("control socket listening", Duration::from_secs(30)).unwrap();
-        Self { process, scratch }
+        Self(BedDaemon::start(bed, CONFIG))
     }
 
     fn socket(&self) -> PathBuf {
-        self.scratch.path().join("control.sock")
+        self.0.socket()
     }
 
     /// (seen, admitted, dropped) of `class`, from `status`.
@@ -136,35 +119,13 @@ impl FloodDaemon {
 
     /// SIGTERM, as an operator stops it; true if it exited within the grace.
     fn stop(self) -> bool {
-        self.process.stop(Signal::SIGTERM, Duration::from_secs(10))
+        self.0.process.stop(Signal::SIGTERM, Duration::from_secs(10))
     }
 }
 
 /// Whether the daemon answered `status` on `socket`, and answered ok.
 fn answers_status(socket: &Path) -> bool {
     ctl::call(socket, &ctl::request(&CtlOp::Status).unwrap()).is_ok_and(|answer| answer["ok"].as_bool() == Some(true))
-}
-
-/// Answers every connection on `listener` with one response, then closes it
-/// (so TIME_WAIT stays on the server and the client never runs out of ports).
-fn serve(listener: TcpListener, stop: Arc<AtomicBool>) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut pfd = libc::pollfd { fd: listener.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-        while !stop.load(Ordering::Relaxed) {
-            // SAFETY: one valid pollfd; poll only writes its revents.
-            if unsafe { libc::poll(&mut pfd, 1, 100) } <= 0 {
-                continue;
-            }
-            while let Ok((mut stream, _)) = listener.accept() {
-                let _ = stream.set_nonblocking(false);
-                let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-                let mut request = [0u8; 4];
-                if stream.read_exact(&mut request).is_ok() {
-                    let _ = stream.write_all(b"done");
-                }
-            }
-        }
-    })
 }
 
 /// One phase of legitimate exchanges, one connection each, on a fixed

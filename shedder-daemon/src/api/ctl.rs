@@ -71,6 +71,20 @@ pub enum CtlOp {
         #[arg(long)]
         opportunistic: Option<bool>,
     },
+    /// Change some fields of one tenant, or add a tenant (which then needs
+    /// --cidrs, --rate and --burst).
+    SetTenant {
+        tenant: String,
+        /// Comma-separated source networks: 10.1.0.0/16,fd01::/64
+        #[arg(long, value_delimiter = ',')]
+        cidrs: Option<Vec<String>>,
+        #[arg(long, value_parser = parse_amount)]
+        rate: Option<f64>,
+        #[arg(long, value_parser = parse_amount)]
+        burst: Option<f64>,
+        #[arg(long, value_parser = parse_amount)]
+        weight: Option<f64>,
+    },
     /// The global mode, or one class's with --class.
     SetMode {
         /// off | observe | enforce (inherit, for a class)
@@ -226,6 +240,20 @@ pub fn request(op: &CtlOp) -> Result<Value, String> {
             }
             if let Some(v) = opportunistic {
                 set("opportunistic", json!(v));
+            }
+            r
+        }
+        CtlOp::SetTenant { tenant, cidrs, rate, burst, weight } => {
+            let mut r = json!({"op": "set_tenant", "tenant": tenant});
+            for (key, value) in [
+                ("cidrs", cidrs.as_ref().map(|c| json!(c))),
+                ("rate", rate.map(|v| json!(v))),
+                ("burst", burst.map(|v| json!(v))),
+                ("weight", weight.map(|v| json!(v))),
+            ] {
+                if let Some(value) = value {
+                    r[key] = value;
+                }
             }
             r
         }
@@ -495,5 +523,59 @@ fn status_table(a: &Value) -> String {
             num(&c["service_p95_ms"], 0),
         );
     }
+    let tenants = a["tenants"].as_array().into_iter().flatten();
+    for (i, t) in tenants.enumerate() {
+        if i == 0 {
+            out += &format!(
+                "{:<14} {:>9} {:>6} {:>9} {:>7} {:>7} {:>9} {:>11} {:>10}\n",
+                "tenant", "share/s", "weight", "rate/s", "burst", "tokens", "admitted", "over_tenant", "over_class"
+            );
+        }
+        let k = &t["counters"];
+        out += &format!(
+            "{:<14} {:>9} {:>6} {:>9} {:>7} {:>7} {:>9} {:>11} {:>10}\n",
+            t["name"].as_str().unwrap_or("?"),
+            tokens(&t["share"]),
+            tokens(&t["weight"]),
+            tokens(&t["rate"]),
+            tokens(&t["burst"]),
+            tokens(&t["tokens"]),
+            k["admitted"].to_string(),
+            k["over_tenant"].to_string(),
+            k["over_class"].to_string(),
+        );
+    }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn set_tenant_sends_only_the_fields_given() {
+        let op = CtlOp::SetTenant {
+            tenant: "acme".into(),
+            cidrs: Some(vec!["10.1.0.0/16".into(), "fd01::/64".into()]),
+            rate: Some(80.0),
+            burst: None,
+            weight: None,
+        };
+        let want = json!({"op": "set_tenant", "tenant": "acme", "cidrs": ["10.1.0.0/16", "fd01::/64"], "rate": 80.0});
+        assert_eq!(request(&op).unwrap(), want);
+    }
+
+    #[test]
+    fn status_lists_tenants_under_the_classes_only_when_there_are_some() {
+        let tenant = json!({
+            "name": "acme", "share": 200.0, "weight": 2.0, "rate": 262.5, "burst": 50.0, "tokens": 12.25,
+            "counters": {"admitted": 7, "over_tenant": 3, "over_class": 1},
+        });
+        let answer = |tenants: Value| json!({"version": "0.1.0", "classes": [], "tenants": tenants});
+        let table = status_table(&answer(json!([tenant])));
+        let row = table.lines().find(|l| l.starts_with("acme")).expect("a row for the tenant");
+        let cells: Vec<&str> = row.split_whitespace().collect();
+        assert_eq!(cells, ["acme", "200", "2", "262.5", "50", "12.25", "7", "3", "1"]);
+        assert!(!status_table(&answer(json!([]))).contains("over_tenant"), "no tenant header without tenants");
+    }
 }

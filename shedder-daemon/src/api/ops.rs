@@ -8,13 +8,14 @@ use serde_json::{Value, json};
 use shedder_common::{classify::Mode, maps::Action};
 
 use super::protocol::{
-    Admit, ApiError, DEFAULT_MAX_QUEUE_AGE_MS, ErrorCode, PROTOCOL_VERSION, Request, SetClass, SetMode, ok,
+    Admit, ApiError, DEFAULT_MAX_QUEUE_AGE_MS, ErrorCode, PROTOCOL_VERSION, Request, SetClass, SetMode, SetTenant, ok,
 };
 use crate::{
     admit::{AdmitPolicy, AdmitRequest, QueueAge, admit},
     config::{Config, Plan},
     daemon::{ChangeError, Daemon},
     telemetry::samples::SampleError,
+    tenant::TenantSpec,
 };
 
 /// Most decisions one `decisions` answer carries.
@@ -30,6 +31,10 @@ pub fn handle(daemon: &mut Daemon, request: Request) -> Result<Value, ApiError> 
         }))),
         Request::SetClass(patch) => {
             let config = set_class(daemon.config(), &patch)?;
+            replace(daemon, config)
+        }
+        Request::SetTenant(patch) => {
+            let config = set_tenant(daemon.config(), &patch)?;
             replace(daemon, config)
         }
         Request::SetMode(SetMode { mode, class }) => {
@@ -130,6 +135,39 @@ pub fn set_class(config: &Config, patch: &SetClass) -> Result<Config, ApiError> 
     }
     if let Some(opportunistic) = patch.opportunistic {
         class.opportunistic = opportunistic;
+    }
+    Ok(config)
+}
+
+/// `config` with the patch applied to one tenant, or the tenant added (not
+/// yet validated).
+pub fn set_tenant(config: &Config, patch: &SetTenant) -> Result<Config, ApiError> {
+    let mut config = config.clone();
+    let tenant = match config.tenants.iter_mut().position(|t| t.name == patch.tenant) {
+        Some(i) => &mut config.tenants[i],
+        None => {
+            let (Some(cidrs), Some(rate), Some(burst)) = (&patch.cidrs, patch.rate, patch.burst) else {
+                return Err(ApiError::new(
+                    ErrorCode::InvalidConfig,
+                    format!("no tenant is named {:?}; a new one needs cidrs, rate and burst", patch.tenant),
+                ));
+            };
+            let weight = patch.weight.unwrap_or(1.0);
+            config.tenants.push(TenantSpec { name: patch.tenant.clone(), cidrs: cidrs.clone(), rate, burst, weight });
+            return Ok(config);
+        }
+    };
+    if let Some(cidrs) = &patch.cidrs {
+        tenant.cidrs = cidrs.clone();
+    }
+    if let Some(rate) = patch.rate {
+        tenant.rate = rate;
+    }
+    if let Some(burst) = patch.burst {
+        tenant.burst = burst;
+    }
+    if let Some(weight) = patch.weight {
+        tenant.weight = weight;
     }
     Ok(config)
 }
@@ -256,6 +294,14 @@ pub fn plan_json(plan: &Plan) -> Value {
         "src_v6": plan.src_v6.iter().map(|((len, a), t)| json!([format!("{}/{len}", std::net::Ipv6Addr::from(*a)), target(t)])).collect::<Vec<_>>(),
         "dst_ports": plan.dst_ports.iter().map(|(p, t)| json!([p, target(t)])).collect::<Vec<_>>(),
         "dscp": plan.dscp.iter().map(|(d, t)| json!([d, target(t)])).collect::<Vec<_>>(),
+        "tenants": plan.tenant_names.iter().zip(&plan.tenants).map(|(name, b)| json!({
+            "name": name,
+            "rate_milli": b.rate_milli,
+            "burst_milli": b.burst_milli,
+            "coarse_clock": b.clock == shedder_common::bucket::clock::COARSE,
+        })).collect::<Vec<_>>(),
+        "tenant_v4": plan.tenant_v4.iter().map(|((len, a), t)| json!([format!("{}/{len}", std::net::Ipv4Addr::from(*a)), target(t)])).collect::<Vec<_>>(),
+        "tenant_v6": plan.tenant_v6.iter().map(|((len, a), t)| json!([format!("{}/{len}", std::net::Ipv6Addr::from(*a)), target(t)])).collect::<Vec<_>>(),
     })
 }
 
@@ -301,6 +347,24 @@ fn status(daemon: &Daemon) -> Result<Value, ApiError> {
             })
         })
         .collect();
+    let tenants: Vec<Value> = datapath
+        .tenant_snapshots()
+        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?
+        .iter()
+        .map(|s| {
+            let spec = daemon.config().tenants.iter().find(|t| t.name == s.name);
+            let c = &s.counters;
+            json!({
+                "name": s.name,
+                "share": spec.map(|t| t.rate),
+                "weight": spec.map(|t| t.weight),
+                "rate": s.bucket.rate_milli as f64 / 1000.0,
+                "burst": s.bucket.burst_milli as f64 / 1000.0,
+                "tokens": s.available_milli as f64 / 1000.0,
+                "counters": {"admitted": c.admitted, "over_tenant": c.over_tenant, "over_class": c.over_class},
+            })
+        })
+        .collect();
     let passed: serde_json::Map<String, Value> = datapath
         .pass_counters()
         .map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?
@@ -320,8 +384,61 @@ fn status(daemon: &Daemon) -> Result<Value, ApiError> {
         "hook_problem": daemon.hook_problem(),
         "gpu": control.controller().last_gpu(),
         "classes": classes,
+        "tenants": tenants,
         "passed": passed,
         "samples": {"accepted": inbox.accepted_samples, "rejected_batches": inbox.rejected_batches, "pending": control.inbox().pending()},
         "maps": control.datapath().applied().map(plan_json),
     })))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CONFIG: &str = r#"
+        default_class = "web"
+        [[class]]
+        name = "web"
+        rate = 100
+        burst = 10
+        action = "drop"
+        [[tenant]]
+        name = "acme"
+        cidrs = ["10.1.0.0/16"]
+        rate = 50
+        burst = 20
+    "#;
+
+    fn patch(json: &str) -> Result<Config, String> {
+        let Request::SetTenant(patch) = Request::parse(json.as_bytes()).map_err(|e| e.message)? else {
+            panic!("not a set_tenant request: {json}");
+        };
+        let config = set_tenant(&Config::parse(CONFIG).unwrap(), &patch).map_err(|e| e.message)?;
+        config.plan().map(|_| config).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn set_tenant_changes_the_fields_given_or_adds_a_whole_tenant() {
+        let config = patch(r#"{"op": "set_tenant", "tenant": "acme", "rate": 80, "weight": 2}"#).unwrap();
+        let acme = &config.tenants[0];
+        assert_eq!((acme.rate, acme.burst, acme.weight), (80.0, 20.0, 2.0));
+        let config =
+            patch(r#"{"op": "set_tenant", "tenant": "zeta", "cidrs": ["fd09::/16"], "rate": 5, "burst": 1}"#).unwrap();
+        assert_eq!(config.tenants[1].name, "zeta");
+        assert_eq!(config.tenants[1].weight, 1.0);
+    }
+
+    #[test]
+    fn a_bad_set_tenant_is_refused_naming_what_is_wrong() {
+        let rows = [
+            (r#"{"op": "set_tenant", "tenant": "zeta", "rate": 5}"#, "needs cidrs, rate and burst"),
+            (r#"{"op": "set_tenant", "tenant": "acme", "weight": -1}"#, "tenant[0].weight"),
+            (r#"{"op": "set_tenant", "tenant": "acme", "cidrs": ["10.1.2.3/16"]}"#, "tenant[0].cidrs"),
+            (r#"{"op": "set_tenant", "tenant": "acme", "share": 3}"#, "share"),
+        ];
+        for (json, needle) in rows {
+            let err = patch(json).unwrap_err();
+            assert!(err.contains(needle), "{json}: {err}");
+        }
+    }
 }

@@ -2,6 +2,7 @@
 //! answer is one line, `{"ok": true, ...}` or
 //! `{"ok": false, "error": {"code": "...", "message": "..."}}`.
 
+use ipnet::IpNet;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Map, Value, json};
 
@@ -86,6 +87,7 @@ pub const OPS: &[&str] = &[
     "status",
     "get_config",
     "set_class",
+    "set_tenant",
     "set_mode",
     "set_rules",
     "reload",
@@ -113,6 +115,7 @@ pub enum Request {
     Status(Empty),
     GetConfig(Empty),
     SetClass(SetClass),
+    SetTenant(SetTenant),
     SetMode(SetMode),
     SetRules(SetRules),
     Reload(Empty),
@@ -127,7 +130,9 @@ impl Request {
         match self {
             Self::Status(_) | Self::GetConfig(_) | Self::Decisions(_) | Self::Version(_) => Access::Read,
             Self::Sample(_) | Self::Admit(_) => Access::Feed,
-            Self::SetClass(_) | Self::SetMode(_) | Self::SetRules(_) | Self::Reload(_) => Access::Admin,
+            Self::SetClass(_) | Self::SetTenant(_) | Self::SetMode(_) | Self::SetRules(_) | Self::Reload(_) => {
+                Access::Admin
+            }
         }
     }
 
@@ -192,6 +197,19 @@ pub struct SetClass {
     #[serde(default, deserialize_with = "patch")]
     pub adaptive: Option<Option<AdaptiveSpec>>,
     pub opportunistic: Option<bool>,
+}
+
+/// A partial update of one tenant; fields left out keep their value. A
+/// tenant not configured yet is added, and then needs `cidrs`, `rate` and
+/// `burst`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SetTenant {
+    pub tenant: String,
+    pub cidrs: Option<Vec<IpNet>>,
+    pub rate: Option<f64>,
+    pub burst: Option<f64>,
+    pub weight: Option<f64>,
 }
 
 /// The global mode, or one class's (`"inherit"` clears a class's own mode).

@@ -1,7 +1,7 @@
 //! What a previous daemon left in pinned maps, read back as the maps'
-//! contents and the owner of each class slot, so that the first apply after a
-//! restart writes only differences: a class keeps its slot, and with it its
-//! bucket and counters.
+//! contents and the owner of each class and tenant slot, so that the first
+//! apply after a restart writes only differences: a class (or tenant) keeps
+//! its slot, and with it its bucket and counters.
 
 use std::collections::BTreeMap;
 
@@ -10,11 +10,12 @@ use aya::{
     maps::{Array, LpmTrie, Map},
 };
 use shedder_common::{
+    bucket::BucketParams,
     classify::RuleTarget,
-    maps::{ClassConfig, GlobalConfig, MAX_CLASSES, names},
+    maps::{ClassConfig, GlobalConfig, MAX_CLASSES, MAX_TENANTS, names},
 };
 
-use super::{map, slots::SlotOwners};
+use super::{Owned, map, slots::SlotOwners};
 use crate::config::Plan;
 
 /// Which class owns a slot, as stored in `CLASS_IDS`: FNV-1a of its name, a
@@ -23,26 +24,39 @@ pub(super) fn class_id(name: &str) -> u64 {
     name.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
 }
 
-/// What the pinned maps hold, slot by slot, and who owns each slot. Class
-/// names are not in the maps, only their digests, so the plan's names are
-/// left empty: slots are matched to classes by owner.
-pub(super) fn pinned_contents(ebpf: &Ebpf) -> anyhow::Result<(Plan, SlotOwners)> {
-    let ids: Array<_, u64> = Array::try_from(map(ebpf, names::CLASS_IDS)?)?;
-    let configs: Array<_, ClassConfig> = Array::try_from(map(ebpf, names::CLASSES)?)?;
-    let owners = (0..MAX_CLASSES).map(|slot| ids.get(&slot, 0)).collect::<Result<Vec<_>, _>>()?;
-    let slots = owners.iter().rposition(|id| *id != 0).map_or(0, |last| last + 1);
-    let mut plan = Plan::default();
-    for slot in 0..slots {
-        plan.class_names.push(String::new());
-        plan.classes.push(configs.get(&(slot as u32), 0)?);
-    }
+/// The owners of a slotted map set, and the configs of the slots up to the
+/// last one owned.
+fn owned_slots<C: Pod>(ebpf: &Ebpf, ids: &str, configs: &str, slots: u32) -> anyhow::Result<(SlotOwners, Vec<C>)> {
+    let ids: Array<_, u64> = Array::try_from(map(ebpf, ids)?)?;
+    let configs: Array<_, C> = Array::try_from(map(ebpf, configs)?)?;
+    let owners = (0..slots).map(|slot| ids.get(&slot, 0)).collect::<Result<Vec<_>, _>>()?;
+    let used = owners.iter().rposition(|id| *id != 0).map_or(0, |last| last + 1) as u32;
+    let configs = (0..used).map(|slot| configs.get(&slot, 0)).collect::<Result<Vec<_>, _>>()?;
+    Ok((SlotOwners::from_ids(owners), configs))
+}
+
+/// What the pinned maps hold, slot by slot, and who owns each slot. Names
+/// are not in the maps, only their digests, so the plan's names are left
+/// empty: slots are matched to classes and tenants by owner.
+pub(super) fn pinned_contents(ebpf: &Ebpf) -> anyhow::Result<Owned> {
+    let (owners, classes) = owned_slots::<ClassConfig>(ebpf, names::CLASS_IDS, names::CLASSES, MAX_CLASSES)?;
+    let (tenant_owners, tenants) = owned_slots::<BucketParams>(ebpf, names::TENANT_IDS, names::TENANTS, MAX_TENANTS)?;
+    let mut plan = Plan {
+        class_names: vec![String::new(); classes.len()],
+        classes,
+        tenant_names: vec![String::new(); tenants.len()],
+        tenants,
+        ..Plan::default()
+    };
     let global: Array<_, GlobalConfig> = Array::try_from(map(ebpf, names::GLOBAL)?)?;
     plan.global = global.get(&0, 0)?;
     plan.src_v4 = read_lpm(map(ebpf, names::SRC_V4)?)?;
     plan.src_v6 = read_lpm(map(ebpf, names::SRC_V6)?)?;
     plan.dst_ports = read_array(map(ebpf, names::DST_PORTS)?)?;
     plan.dscp = read_array(map(ebpf, names::DSCP_IN)?)?;
-    Ok((plan, SlotOwners::from_ids(owners)))
+    plan.tenant_v4 = read_lpm(map(ebpf, names::TENANT_V4)?)?;
+    plan.tenant_v6 = read_lpm(map(ebpf, names::TENANT_V6)?)?;
+    Ok(Owned { plan, owners, tenant_owners })
 }
 
 /// The rules of an array map indexed by a small key (zero means no rule).

@@ -1,4 +1,5 @@
-//! Which slot of the class maps each class holds.
+//! Which slot of the class maps each class holds (and of the tenant maps
+//! each tenant: the same rules, with tenants for classes).
 //!
 //! A class keeps its slot for as long as it is configured, wherever it sits
 //! in the file: a reload that reorders, adds or removes classes never moves
@@ -7,7 +8,10 @@
 //! the previous plan held, so no rule still in the maps can point at it
 //! before its own rules are written.
 
-use shedder_common::{classify::target_for, maps::MAX_CLASSES};
+use shedder_common::{
+    classify::target_for,
+    maps::{MAX_CLASSES, MAX_TENANTS},
+};
 
 use super::inherit::class_id;
 use crate::config::Plan;
@@ -30,15 +34,29 @@ pub(super) struct Layout {
 
 impl Default for SlotOwners {
     fn default() -> Self {
-        Self(vec![0; MAX_CLASSES as usize])
+        Self::empty(MAX_CLASSES)
     }
 }
 
 impl SlotOwners {
-    /// From the ids read out of `CLASS_IDS`, one per slot.
+    /// `slots` free slots.
+    pub fn empty(slots: u32) -> Self {
+        Self(vec![0; slots as usize])
+    }
+
+    /// The tenant maps' free slots.
+    pub fn no_tenants() -> Self {
+        Self::empty(MAX_TENANTS)
+    }
+
+    /// From the ids read out of `CLASS_IDS` (or `TENANT_IDS`), one per slot.
     pub fn from_ids(ids: Vec<u64>) -> Self {
-        debug_assert_eq!(ids.len(), MAX_CLASSES as usize);
         Self(ids)
+    }
+
+    /// How many slots there are.
+    pub fn slots(&self) -> u32 {
+        self.0.len() as u32
     }
 
     /// The owner of `slot` (0: free).
@@ -50,7 +68,7 @@ impl SlotOwners {
     /// takes the lowest slot nobody held, or, when none is left, one whose
     /// class is leaving (reported in [`Layout::reused`]).
     pub fn layout(&self, names: &[String]) -> Layout {
-        assert!(names.len() <= MAX_CLASSES as usize, "the config holds at most {MAX_CLASSES} classes");
+        assert!(names.len() <= self.0.len(), "the config holds at most {} of these", self.0.len());
         let ids: Vec<u64> = names.iter().map(|name| class_id(name)).collect();
         let mut owners = Self::default();
         let mut slot_of = vec![None; names.len()];
@@ -69,7 +87,7 @@ impl SlotOwners {
             let slot = match (0..self.0.len()).find(|slot| free(slot) && self.0[*slot] == 0) {
                 Some(slot) => slot,
                 None => {
-                    let slot = (0..self.0.len()).find(free).expect("at most MAX_CLASSES classes");
+                    let slot = (0..self.0.len()).find(free).expect("at most one name per slot");
                     reused.push(slot as u32);
                     slot
                 }
@@ -81,19 +99,36 @@ impl SlotOwners {
     }
 }
 
-/// `plan` as the maps hold it: each class at its slot (free slots empty and
-/// unnamed), and every rule and the default class pointing at slots.
-pub(super) fn place(plan: &Plan, slot_of: &[u32]) -> Plan {
+/// `items` (named by `names`) at their slots; free slots empty and unnamed.
+fn at_slots<T: Clone + Default>(items: &[T], names: &[String], slot_of: &[u32]) -> (Vec<T>, Vec<String>) {
     let slots = slot_of.iter().max().map_or(0, |last| *last as usize + 1);
-    let mut placed = Plan {
-        global: plan.global,
-        classes: vec![Default::default(); slots],
-        class_names: vec![String::new(); slots],
-        ..Plan::default()
-    };
+    let (mut placed, mut placed_names) = (vec![T::default(); slots], vec![String::new(); slots]);
     for (i, slot) in slot_of.iter().enumerate() {
-        placed.classes[*slot as usize] = plan.classes[i];
-        placed.class_names[*slot as usize] = plan.class_names[i].clone();
+        placed[*slot as usize] = items[i].clone();
+        placed_names[*slot as usize] = names[i].clone();
+    }
+    (placed, placed_names)
+}
+
+/// `plan` as the maps hold it: each class and tenant at its slot (free slots
+/// empty and unnamed), every rule and the default class pointing at class
+/// slots, every tenant network at a tenant slot, and each bucket read with
+/// the clock its rate and burst allow ([`BucketParams::with_clock_for_tick`],
+/// for a coarse clock of `coarse_tick_ns`).
+///
+/// [`BucketParams::with_clock_for_tick`]: shedder_common::bucket::BucketParams::with_clock_for_tick
+pub(super) fn place(plan: &Plan, slot_of: &[u32], tenant_slot_of: &[u32], coarse_tick_ns: u64) -> Plan {
+    let (classes, class_names) = at_slots(&plan.classes, &plan.class_names, slot_of);
+    let (tenants, tenant_names) = at_slots(&plan.tenants, &plan.tenant_names, tenant_slot_of);
+    let mut placed = Plan { global: plan.global, classes, class_names, tenants, tenant_names, ..Plan::default() };
+    // Free slots stay as the maps hold them: all zeros.
+    for slot in slot_of {
+        let class = &mut placed.classes[*slot as usize];
+        class.bucket = class.bucket.with_clock_for_tick(coarse_tick_ns);
+    }
+    for slot in tenant_slot_of {
+        let tenant = &mut placed.tenants[*slot as usize];
+        *tenant = tenant.with_clock_for_tick(coarse_tick_ns);
     }
     placed.global.default_class = slot_of[plan.global.default_class as usize] as u8;
     // A rule target is `class + 1`; 0 (no rule) never appears in a plan.
@@ -102,6 +137,9 @@ pub(super) fn place(plan: &Plan, slot_of: &[u32]) -> Plan {
     placed.src_v6 = plan.src_v6.iter().map(|(k, t)| (*k, retarget(t))).collect();
     placed.dst_ports = plan.dst_ports.iter().map(|(k, t)| (*k, retarget(t))).collect();
     placed.dscp = plan.dscp.iter().map(|(k, t)| (*k, retarget(t))).collect();
+    let to_tenant = |target: &u32| target_for(tenant_slot_of[*target as usize - 1]);
+    placed.tenant_v4 = plan.tenant_v4.iter().map(|(k, t)| (*k, to_tenant(t))).collect();
+    placed.tenant_v6 = plan.tenant_v6.iter().map(|(k, t)| (*k, to_tenant(t))).collect();
     placed
 }
 
@@ -153,7 +191,12 @@ mod tests {
         plan.global.default_class = 1;
         plan.dst_ports.insert(80, target_for(0));
         plan.dscp.insert(8, target_for(1));
-        let placed = place(&plan, &[3, 0]);
+        plan.tenant_names = names(&["t"]);
+        plan.tenants = vec![Default::default()];
+        plan.tenant_v4.insert((8, [10, 0, 0, 0]), target_for(0));
+        let placed = place(&plan, &[3, 0], &[2], 4_000_000);
+        assert_eq!(placed.tenant_names, ["", "", "t"]);
+        assert_eq!(placed.tenant_v4[&(8, [10, 0, 0, 0])], target_for(2));
         assert_eq!(placed.class_names, ["b", "", "", "a"]);
         assert_eq!(placed.global.default_class, 0);
         assert_eq!(placed.dst_ports[&80], target_for(3));

@@ -1,0 +1,100 @@
+//! Tenant: the tenant's bucket and the class's, charged for one SYN in the
+//! order and with the refund `shedder_common::tenant::charge_both` sets.
+
+use aya_ebpf::maps::lpm_trie::Key;
+use aya_log_ebpf::warn;
+use shedder_common::{
+    bucket::{BucketParams, clock},
+    maps::{GlobalConfig, rule_flags},
+    tenant::{Buckets, Fit, charge_both},
+};
+
+use crate::{
+    bucket::{Charge, charge_state, coarse_now, refund_state},
+    hook::Hook,
+    maps::{BUCKETS, TENANT_BUCKETS, TENANT_V4, TENANT_V6, TENANTS},
+    parse::Addrs,
+};
+
+/// The tenant slot whose CIDR covers the SYN's source, if any.
+#[inline(always)]
+pub fn tenant_of(addrs: &Addrs, global: &GlobalConfig) -> Option<u32> {
+    let present = global.rules_present;
+    let target = match addrs {
+        Addrs::V4 { src, .. } if present & rule_flags::TENANT_V4 != 0 => {
+            TENANT_V4.get(Key::new(32, *src)).copied().unwrap_or(0)
+        }
+        Addrs::V6 { src, .. } if present & rule_flags::TENANT_V6 != 0 => {
+            TENANT_V6.get(Key::new(128, *src)).copied().unwrap_or(0)
+        }
+        _ => 0,
+    };
+    target.checked_sub(1)
+}
+
+/// The maps' buckets of one SYN.
+struct MapBuckets<'a, H: Hook> {
+    ctx: &'a H,
+    class: u32,
+    class_params: &'a BucketParams,
+    tenant: u32,
+    tenant_params: Option<&'a BucketParams>,
+    coarse: u64,
+}
+
+/// A contended bucket is judged empty, and said so.
+#[inline(always)]
+fn fits<H: Hook>(ctx: &H, charged: Charge, what: &str, slot: u32) -> bool {
+    match charged {
+        Charge::Fits => true,
+        Charge::Empty => false,
+        Charge::Contended => {
+            warn!(ctx, "{} {} bucket contended; judged empty", what, slot);
+            false
+        }
+    }
+}
+
+impl<H: Hook> Buckets for MapBuckets<'_, H> {
+    #[inline(always)]
+    fn charge_tenant(&mut self) -> bool {
+        let Some(params) = self.tenant_params else { return false };
+        fits(
+            self.ctx,
+            charge_state(TENANT_BUCKETS.get_ptr_mut(self.tenant), params, self.coarse),
+            "tenant",
+            self.tenant,
+        )
+    }
+
+    #[inline(always)]
+    fn charge_class(&mut self) -> bool {
+        fits(
+            self.ctx,
+            charge_state(BUCKETS.get_ptr_mut(self.class), self.class_params, self.coarse),
+            "class",
+            self.class,
+        )
+    }
+
+    #[inline(always)]
+    fn refund_tenant(&mut self) {
+        if let Some(params) = self.tenant_params {
+            refund_state(TENANT_BUCKETS.get_ptr_mut(self.tenant), params, self.coarse);
+        }
+    }
+}
+
+/// Charges the SYN's tenant (when it has one whose slot the map holds) and
+/// its class; returns where the charge stopped.
+#[inline(always)]
+pub fn charge<H: Hook>(ctx: &H, class: u32, class_params: &BucketParams, tenant: Option<u32>) -> Fit {
+    let tenant_params = tenant.and_then(|slot| TENANTS.get(slot));
+    let has_tenant = tenant_params.is_some();
+    // One coarse reading for both buckets, taken only if one of them will
+    // use it (a closed bucket reads no clock).
+    let on_coarse = |p: &BucketParams| p.clock == clock::COARSE && !p.is_closed();
+    let coarse = if on_coarse(class_params) || tenant_params.is_some_and(on_coarse) { coarse_now() } else { 0 };
+    let mut buckets = MapBuckets { ctx, class, class_params, tenant: tenant.unwrap_or(0), tenant_params, coarse };
+    charge_both(&mut buckets, has_tenant)
+}
