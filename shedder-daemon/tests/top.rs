@@ -1,6 +1,7 @@
 //! `shedder top` as an operator sees it: run in a tmux pane against a real
 //! daemon in a network namespace, with the screen read back by
-//! `tmux capture-pane`. It shows every class with the global mode, switches a
+//! `tmux capture-pane`. It shows every class with the global mode (and a
+//! tenant once one is added), switches a
 //! class's mode after a confirmation (and the daemon's config says so), says
 //! the daemon is unreachable when it stops and reconnects when it is back, and
 //! is read-only for a user the daemon refuses changes to.
@@ -109,6 +110,13 @@ fn top_shows_every_class_switches_a_mode_on_confirmation_and_rides_out_a_restart
     }
     assert_eq!(row(&screen, "web")[6], "100.0", "web's budget is its rate:\n{screen}");
     assert!(screen.contains("no budget decisions yet"), "{screen}");
+    assert!(!screen.contains(" tenants "), "no tenants, no tenant table:\n{screen}");
+    // A tenant added live gets its row: its share, weight and budget.
+    let (code, _, err) =
+        bed.ctl(None, &["set-tenant", "acme", "--cidrs", "10.99.0.0/16", "--rate", "50", "--burst", "10"]);
+    assert_eq!(code, 0, "{err}");
+    let screen = pane.wait_for(&[" tenants ", "acme"]);
+    assert_eq!(row(&screen, "acme")[1..3], ["50.0", "1.0"], "acme's share and weight:\n{screen}");
 
     // Down to batch, `m` proposes its next mode; `n` cancels, `y` confirms.
     pane.keys("Down");

@@ -45,17 +45,54 @@ impl Counters {
         }
     }
 
-    /// Rates from `earlier` to `self` over `secs`; a counter that went back
-    /// (a restarted, unpinned daemon) counts from zero.
+    /// Rates from `earlier` to `self` over `secs`.
     fn rates_since(&self, earlier: &Self, secs: f64) -> Rates {
-        let per_s = |now: u64, then: u64| if now >= then { (now - then) as f64 / secs } else { now as f64 / secs };
         Rates {
-            offered: per_s(self.seen, earlier.seen),
-            admitted: per_s(self.admitted, earlier.admitted),
-            shed: per_s(self.shed, earlier.shed),
-            would_shed: per_s(self.would_shed, earlier.would_shed),
+            offered: per_s(self.seen, earlier.seen, secs),
+            admitted: per_s(self.admitted, earlier.admitted, secs),
+            shed: per_s(self.shed, earlier.shed, secs),
+            would_shed: per_s(self.would_shed, earlier.would_shed, secs),
         }
     }
+}
+
+/// Per-second rates of one tenant's counters between two polls.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct TenantRates {
+    pub admitted: f64,
+    /// Refused by the tenant's own bucket.
+    pub over_tenant: f64,
+    /// Fit the tenant's bucket, refused by the class's (its token refunded).
+    pub over_class: f64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct TenantCounters {
+    admitted: u64,
+    over_tenant: u64,
+    over_class: u64,
+}
+
+impl TenantCounters {
+    fn of_tenant(tenant: &Value) -> Self {
+        let c = &tenant["counters"];
+        let n = |k: &str| c[k].as_u64().unwrap_or(0);
+        Self { admitted: n("admitted"), over_tenant: n("over_tenant"), over_class: n("over_class") }
+    }
+
+    fn rates_since(&self, earlier: &Self, secs: f64) -> TenantRates {
+        TenantRates {
+            admitted: per_s(self.admitted, earlier.admitted, secs),
+            over_tenant: per_s(self.over_tenant, earlier.over_tenant, secs),
+            over_class: per_s(self.over_class, earlier.over_class, secs),
+        }
+    }
+}
+
+/// A counter's rate over `secs`; one that went back (a restarted, unpinned
+/// daemon) counts from zero.
+fn per_s(now: u64, then: u64, secs: f64) -> f64 {
+    if now >= then { (now - then) as f64 / secs } else { now as f64 / secs }
 }
 
 /// Whether the last poll reached the daemon.
@@ -77,14 +114,23 @@ pub struct PendingChange {
     pub mode: &'static str,
 }
 
+/// The counters of the previous poll, to take rates against.
+struct Poll {
+    at: Instant,
+    classes: HashMap<String, Counters>,
+    tenants: HashMap<String, TenantCounters>,
+    fail_open: u64,
+}
+
 pub struct Model {
     pub link: Link,
     /// The last `status` answer.
     pub status: Option<Value>,
     pub decisions: Vec<Value>,
     pub rates: HashMap<String, Rates>,
+    pub tenant_rates: HashMap<String, TenantRates>,
     slack: HashMap<String, VecDeque<(Instant, f64)>>,
-    last: Option<(Instant, HashMap<String, Counters>, u64)>,
+    last: Option<Poll>,
     /// SYNs passed by the fail-open watchdog since the previous poll.
     pub failing_open: bool,
     pub selected: usize,
@@ -102,6 +148,7 @@ impl Default for Model {
             status: None,
             decisions: Vec::new(),
             rates: HashMap::new(),
+            tenant_rates: HashMap::new(),
             slack: HashMap::new(),
             last: None,
             failing_open: false,
@@ -119,18 +166,26 @@ impl Model {
         let classes = class_list(&status);
         let counters: HashMap<String, Counters> =
             classes.iter().map(|c| (name(c).to_string(), Counters::of_class(c))).collect();
+        let tenants: HashMap<String, TenantCounters> =
+            tenant_list(&status).iter().map(|t| (name(t).to_string(), TenantCounters::of_tenant(t))).collect();
         let fail_open = status["passed"]["fail_open"].as_u64().unwrap_or(0);
-        if let Some((then, earlier, fail_open_then)) = &self.last {
-            let secs = now.duration_since(*then).as_secs_f64();
+        if let Some(earlier) = &self.last {
+            let secs = now.duration_since(earlier.at).as_secs_f64();
             if secs > 0.0 {
                 self.rates = counters
                     .iter()
                     .map(|(name, c)| {
-                        (name.clone(), c.rates_since(&earlier.get(name).copied().unwrap_or_default(), secs))
+                        (name.clone(), c.rates_since(&earlier.classes.get(name).copied().unwrap_or_default(), secs))
+                    })
+                    .collect();
+                self.tenant_rates = tenants
+                    .iter()
+                    .map(|(name, c)| {
+                        (name.clone(), c.rates_since(&earlier.tenants.get(name).copied().unwrap_or_default(), secs))
                     })
                     .collect();
             }
-            self.failing_open = fail_open > *fail_open_then;
+            self.failing_open = fail_open > earlier.fail_open;
         }
         for class in &classes {
             if let Some(slack) = class["slack"]["slack_ms"].as_f64() {
@@ -143,7 +198,7 @@ impl Model {
         }
         self.slack.retain(|n, _| counters.contains_key(n));
         self.selected = self.selected.min(classes.len().saturating_sub(1));
-        self.last = Some((now, counters, fail_open));
+        self.last = Some(Poll { at: now, classes: counters, tenants, fail_open });
         self.status = Some(status);
         self.link = Link::Up;
     }
@@ -154,6 +209,7 @@ impl Model {
         self.link = Link::Unreachable(why);
         self.last = None;
         self.rates.clear();
+        self.tenant_rates.clear();
     }
 
     pub fn class_names(&self) -> Vec<String> {
@@ -204,8 +260,13 @@ fn class_list(status: &Value) -> Vec<&Value> {
     status["classes"].as_array().map(|a| a.iter().collect()).unwrap_or_default()
 }
 
-fn name(class: &Value) -> &str {
-    class["name"].as_str().unwrap_or("?")
+fn tenant_list(status: &Value) -> Vec<&Value> {
+    status["tenants"].as_array().map(|a| a.iter().collect()).unwrap_or_default()
+}
+
+/// A class's or a tenant's name.
+fn name(entry: &Value) -> &str {
+    entry["name"].as_str().unwrap_or("?")
 }
 
 #[cfg(test)]
@@ -237,6 +298,23 @@ mod tests {
         // A restarted daemon starts its counters again.
         model.update_status(status(10, 10, 0, 0, 40.0, 0), t0 + Duration::from_secs(3));
         assert_eq!(model.rates["web"].offered, 10.0);
+    }
+
+    #[test]
+    fn tenant_rates_are_counter_deltas_too() {
+        let with_tenant = |admitted: u64, over_tenant: u64, over_class: u64| {
+            let mut s = status(0, 0, 0, 0, 0.0, 0);
+            s["tenants"] = json!([{"name": "acme", "counters":
+                {"admitted": admitted, "over_tenant": over_tenant, "over_class": over_class}}]);
+            s
+        };
+        let t0 = Instant::now();
+        let mut model = Model::default();
+        model.update_status(with_tenant(10, 0, 0), t0);
+        model.update_status(with_tenant(50, 200, 4), t0 + Duration::from_secs(2));
+        assert_eq!(model.tenant_rates["acme"], TenantRates { admitted: 20.0, over_tenant: 100.0, over_class: 2.0 });
+        model.unreachable("gone".into());
+        assert!(model.tenant_rates.is_empty(), "rates start afresh after a gap");
     }
 
     #[test]

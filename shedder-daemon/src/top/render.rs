@@ -1,5 +1,6 @@
 //! Draws a [`Model`]: a header (daemon, global mode, fail-open, GPU), one row
-//! per class, the latest budget decisions, and a line of keys and messages.
+//! per class, one per tenant (when there are tenants), the latest budget
+//! decisions, and a line of keys and messages.
 
 use ratatui::{
     Frame,
@@ -39,11 +40,22 @@ fn rate(r: Option<f64>) -> String {
 }
 
 pub fn draw(frame: &mut Frame, model: &Model, socket: &str) {
-    let [header, classes, decisions, footer] =
-        Layout::vertical([Constraint::Length(3), Constraint::Min(5), Constraint::Length(9), Constraint::Length(2)])
-            .areas(frame.area());
+    let tenants = model.status.as_ref().and_then(|s| s["tenants"].as_array()).map_or(0, Vec::len);
+    // Borders and the header row take three lines; no tenants, no table.
+    let tenant_height = if tenants > 0 { tenants.min(8) as u16 + 3 } else { 0 };
+    let [header, classes, tenant_area, decisions, footer] = Layout::vertical([
+        Constraint::Length(3),
+        Constraint::Min(5),
+        Constraint::Length(tenant_height),
+        Constraint::Length(9),
+        Constraint::Length(2),
+    ])
+    .areas(frame.area());
     frame.render_widget(header_lines(model, socket), header);
     frame.render_widget(class_table(model), classes);
+    if tenants > 0 {
+        frame.render_widget(tenant_table(model), tenant_area);
+    }
     frame.render_widget(decision_lines(model), decisions);
     frame.render_widget(footer_lines(model), footer);
 }
@@ -159,6 +171,40 @@ fn class_table(model: &Model) -> Table<'static> {
         Constraint::Length(6),
     ];
     Table::new(rows, widths).header(header).block(Block::bordered().title(" classes "))
+}
+
+fn tenant_table(model: &Model) -> Table<'static> {
+    let header =
+        Row::new(["tenant", "share/s", "weight", "budget/s", "tokens", "admitted/s", "over tenant/s", "over class/s"])
+            .style(Style::default().add_modifier(Modifier::BOLD));
+    let tenants = model.status.as_ref().and_then(|s| s["tenants"].as_array().cloned()).unwrap_or_default();
+    let rows = tenants.iter().map(|t| {
+        let name = t["name"].as_str().unwrap_or("?").to_string();
+        let r = model.tenant_rates.get(&name);
+        Row::new([
+            Cell::from(name.clone()),
+            Cell::from(num(&t["share"], 1)),
+            Cell::from(num(&t["weight"], 1)),
+            Cell::from(num(&t["rate"], 1)),
+            Cell::from(format!("{}/{}", num(&t["tokens"], 0), num(&t["burst"], 0))),
+            Cell::from(rate(r.map(|r| r.admitted))),
+            Cell::from(rate(r.map(|r| r.over_tenant))),
+            Cell::from(rate(r.map(|r| r.over_class))),
+        ])
+    });
+    let widths = [
+        Constraint::Min(10),
+        Constraint::Length(9),
+        Constraint::Length(7),
+        Constraint::Length(9),
+        Constraint::Length(11),
+        Constraint::Length(11),
+        Constraint::Length(14),
+        Constraint::Length(13),
+    ];
+    Table::new(rows, widths)
+        .header(header)
+        .block(Block::bordered().title(" tenants (budget: the share plus what is lent) "))
 }
 
 fn decision_lines(model: &Model) -> Paragraph<'static> {
