@@ -48,7 +48,7 @@ pub struct Args {
     #[arg(long)]
     systemd: bool,
     /// Seconds one boot may take, all stages included, before qemu is stopped.
-    #[arg(long, default_value_t = 480)]
+    #[arg(long, default_value_t = 900)]
     timeout: u64,
     /// Guest memory in MiB.
     #[arg(long, default_value_t = 2048)]
