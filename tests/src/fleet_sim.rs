@@ -87,8 +87,8 @@ pub struct SimHost {
     fluid: Arc<Mutex<Fluid>>,
     usage: watch::Sender<Usage>,
     view: watch::Receiver<FleetView>,
-    /// Every state the fleet task went through, in order.
-    states: Arc<Mutex<Vec<fleet::FleetState>>>,
+    /// Every view the fleet task published, in order.
+    history: Arc<Mutex<Vec<(Instant, FleetView)>>>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -99,8 +99,8 @@ impl SimHost {
         let fluid = Arc::new(Mutex::new(Fluid { start, last: Instant::now(), epoch: 0, flows }));
         let (usage, _) = watch::channel(Usage::default());
         let (_, view) = watch::channel(FleetView::starting(&settings));
-        let states = Arc::new(Mutex::new(vec![view.borrow().state]));
-        let mut host = Self { name: settings.host.clone(), settings, fluid, usage, view, states, tasks: Vec::new() };
+        let history = Arc::new(Mutex::new(vec![(Instant::now(), view.borrow().clone())]));
+        let mut host = Self { name: settings.host.clone(), settings, fluid, usage, view, history, tasks: Vec::new() };
         host.spawn_runner();
         let (fluid, usage, name) = (host.fluid.clone(), host.usage.clone(), host.name.clone());
         host.tasks.push(tokio::spawn(async move {
@@ -131,16 +131,13 @@ impl SimHost {
             }
         };
         let usage = self.usage.subscribe();
-        let (mut watched, states) = (self.view.clone(), self.states.clone());
+        let (mut watched, history) = (self.view.clone(), self.history.clone());
         let run = fleet::run(self.settings.clone(), usage, view_tx, apply);
         self.tasks.push(tokio::spawn(async move {
             let record = async move {
                 while watched.changed().await.is_ok() {
-                    let state = watched.borrow_and_update().state;
-                    let mut states = states.lock().unwrap();
-                    if states.last() != Some(&state) {
-                        states.push(state);
-                    }
+                    let view = watched.borrow_and_update().clone();
+                    history.lock().unwrap().push((Instant::now(), view));
                 }
             };
             tokio::join!(run, record);
@@ -149,7 +146,18 @@ impl SimHost {
 
     /// The states the fleet task went through, in order (one entry per change).
     pub fn states(&self) -> Vec<fleet::FleetState> {
-        self.states.lock().unwrap().clone()
+        let mut states: Vec<fleet::FleetState> = Vec::new();
+        for (_, view) in self.history.lock().unwrap().iter() {
+            if states.last() != Some(&view.state) {
+                states.push(view.state);
+            }
+        }
+        states
+    }
+
+    /// Every view published so far, with when it was seen.
+    pub fn history(&self) -> Vec<(Instant, FleetView)> {
+        self.history.lock().unwrap().clone()
     }
 
     /// The daemon stops and starts again. With `counters_kept` its counters
@@ -174,6 +182,7 @@ impl SimHost {
         let mut fluid = self.fluid.lock().unwrap();
         fluid.advance(Instant::now());
         fluid.flows.get_mut(tenant).expect("a configured tenant").demand = demand;
+        self.usage.send_replace(fluid.usage(&self.name));
     }
 
     pub fn view(&self) -> FleetView {

@@ -39,6 +39,9 @@ pub struct Grant {
     pub lasts: Duration,
     /// Connections the whole fleet admitted for the tenant, as counted so far.
     pub fleet_admitted: u64,
+    /// The max-min fair share owed; above `share` while other hosts have
+    /// yet to shrink.
+    pub fair: f64,
 }
 
 /// The answer to a report, in the order of the settings' tenants.
@@ -59,6 +62,18 @@ pub struct Exchange {
     ack: Script,
     seq: u64,
 }
+
+impl Grants {
+    /// Some tenant's share falls short of its fair share by more than
+    /// [`SHORT_BY`]: other hosts shrink at their next reports, so the host
+    /// asks again soon rather than a whole tick later.
+    pub fn short(&self) -> bool {
+        !self.grace && self.tenants.iter().any(|g| g.share < g.fair * (1.0 - SHORT_BY))
+    }
+}
+
+/// How far below its fair share a share may lag before the host asks again early.
+const SHORT_BY: f64 = 0.02;
 
 impl Exchange {
     /// Sets up the client; nothing connects until the first report.
@@ -152,21 +167,25 @@ impl Exchange {
     }
 }
 
+/// Fields of the report's answer per tenant.
+const FIELDS: usize = 5;
+
 fn parse_report(reply: &[String], tenants: usize) -> anyhow::Result<Grants> {
-    anyhow::ensure!(reply.len() == 2 + 4 * tenants, "the report script answered {} fields", reply.len());
+    anyhow::ensure!(reply.len() == 2 + FIELDS * tenants, "the report script answered {} fields", reply.len());
     let number = |i: usize| -> anyhow::Result<f64> {
         reply[i].parse::<f64>().with_context(|| format!("field {i} of the report's answer: {:?}", reply[i]))
     };
     let now_ms = number(0)?;
     let mut grants = Grants { tenants: Vec::new(), ack_needed: false, grace: reply[1] == "1" };
     for i in 0..tenants {
-        let at = 2 + 4 * i;
+        let at = 2 + FIELDS * i;
         let lasts_ms = (number(at + 1)? - now_ms).max(0.0);
         grants.ack_needed |= reply[at + 2] == "1";
         grants.tenants.push(Grant {
             share: number(at)?.max(0.0),
             lasts: Duration::from_millis(lasts_ms as u64),
             fleet_admitted: number(at + 3)? as u64,
+            fair: number(at + 4)?,
         });
     }
     Ok(grants)

@@ -123,7 +123,7 @@ mod tests {
         Grants {
             tenants: shares
                 .iter()
-                .map(|&(share, ms)| Grant { share, lasts: Duration::from_millis(ms), fleet_admitted: 0 })
+                .map(|&(share, ms)| Grant { share, lasts: Duration::from_millis(ms), fleet_admitted: 0, fair: share })
                 .collect(),
             ack_needed: false,
             grace: false,

@@ -12,7 +12,9 @@
 --       longer by its own clock: only read while the fleet is in grace)
 -- Returns strings: now_ms, grace (0/1), then per tenant:
 --       share, expiry_ms, ack (1: the host must confirm it applied the
---       share, which is lower than what it held), total admitted.
+--       share, which is lower than what it held), total admitted, and the
+--       fair share the host is owed (more than its share while others have
+--       yet to shrink).
 local host, lease_ms, epoch, seq = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -84,7 +86,8 @@ for i = 1, n do
   end
   local holds = mine and committed(mine) or 0
 
-  local share = math.min(fair_share(demands, demand, quota), quota - others)
+  local fair = fair_share(demands, demand, quota)
+  local share = math.min(fair, quota - others)
   if grace then share = math.min(share, holds) end
   if share < 0 then share = 0 end
   local expiry = now + lease_ms
@@ -120,5 +123,6 @@ for i = 1, n do
   out[#out + 1] = string.format('%d', expiry)
   out[#out + 1] = ack
   out[#out + 1] = total
+  out[#out + 1] = string.format('%.6f', fair)
 end
 return out

@@ -17,6 +17,9 @@ use super::{
     settings::FleetSettings,
 };
 
+/// A host whose share lags its fair share asks again after this fraction of a tick.
+const CATCH_UP_DIVISOR: u32 = 4;
+
 /// What the host reports, kept current by whoever counts connections.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Usage {
@@ -100,6 +103,11 @@ pub async fn run<F, Fut>(
                     book.answered(&grants, sent);
                     current.reports += 1;
                     ack_needed = grants.ack_needed;
+                    if grants.short() {
+                        // The rest of its share is freed as the others report
+                        // (within a tick): catch it soon after.
+                        interval.reset_after(settings.tick / CATCH_UP_DIVISOR);
+                    }
                     for (tenant, grant) in settings.tenants.iter().zip(&grants.tenants) {
                         current.fleet_admitted.insert(tenant.name.clone(), grant.fleet_admitted);
                     }
