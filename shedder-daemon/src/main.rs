@@ -15,6 +15,7 @@ use shedder_daemon::{
     control_loop::ControlLoop,
     daemon::{Daemon, DaemonHandle},
     datapath::{AttachKind, Datapath},
+    fleet::{self, FleetSettings},
     hook_watch::HookChange,
     listen, metrics,
     pin::{self, PinDir},
@@ -140,6 +141,7 @@ fn main() -> anyhow::Result<()> {
             let config = load_config(config.as_ref())?;
             let plan = config.plan().context("invalid config")?;
             config.control().context("invalid config")?;
+            config.fleet().context("invalid config")?;
             // The config as the daemon will run it, defaults filled in, in
             // the file's own words.
             let rules = plan.src_v4.len() + plan.src_v6.len() + plan.dst_ports.len() + plan.dscp.len();
@@ -177,6 +179,7 @@ fn main() -> anyhow::Result<()> {
             let config = load_config(config_path.as_ref())?;
             config.plan().context("invalid config; nothing was attached")?;
             config.control().context("invalid config; nothing was attached")?;
+            config.fleet().context("invalid config; nothing was attached")?;
             nix::net::if_::if_nametoindex(iface.as_str())
                 .with_context(|| format!("--iface: no interface is named {iface:?} here"))?;
             let group = socket_group.as_deref().map(resolve_group).transpose()?;
@@ -232,6 +235,7 @@ async fn run(
 ) -> anyhow::Result<()> {
     let plan = config.plan().context("invalid config; nothing was attached")?;
     let setup = config.control().context("invalid config; nothing was attached")?;
+    let fleet = config.fleet().context("invalid config; nothing was attached")?;
     // Signal handlers first: from the moment the program is attached, a
     // SIGINT or SIGTERM must end the daemon cleanly (detaching the program
     // unless it is pinned), never kill it outright.
@@ -269,6 +273,7 @@ async fn run(
     let mut daemon = Daemon::new(control, config, config_path, iface.to_string(), attachment);
     // Other tasks (the control socket, metrics) reach the daemon through this.
     let (handle, mut jobs) = DaemonHandle::channel(256);
+    let _usage = fleet.map(|settings| spawn_fleet(settings, &mut daemon));
     let server = socket.serve(handle.clone(), options.access);
     tokio::spawn(metrics::serve(metrics_listener, handle.clone()));
     info!(addr = %metrics_addr, "serving /metrics");
@@ -337,6 +342,19 @@ fn check_file_limit() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Starts the fleet's task; the daemon follows its view. Returns where this
+/// host's usage goes (the fleet reports what it last holds).
+fn spawn_fleet(settings: FleetSettings, daemon: &mut Daemon) -> tokio::sync::watch::Sender<fleet::Usage> {
+    // The admitted counters restart with the daemon: a new epoch each run.
+    let epoch = format!("{}-{}", std::process::id(), clock::monotonic_ns());
+    let (usage_tx, usage) = tokio::sync::watch::channel(fleet::Usage { epoch, ..fleet::Usage::default() });
+    let (view_tx, view) = tokio::sync::watch::channel(fleet::FleetView::starting(&settings));
+    daemon.follow_fleet(view);
+    // The shares are published (`/metrics`); no bucket takes them yet.
+    tokio::spawn(fleet::run(settings, usage, view_tx, |_shares| async {}));
+    usage_tx
 }
 
 /// One task per scrape target, each fetching on its own schedule (off the

@@ -112,7 +112,7 @@ struct Measured {
 
 async fn run(redis: &RedisServer, scenario: &Scenario) -> Measured {
     let start = Instant::now();
-    let mut hosts: Vec<SimHost> = (0..HOSTS)
+    let hosts: Vec<SimHost> = (0..HOSTS)
         .map(|i| {
             let s = settings(
                 &redis.address(),
@@ -148,8 +148,7 @@ async fn run(redis: &RedisServer, scenario: &Scenario) -> Measured {
             let demand: f64 = scenario
                 .steps
                 .iter()
-                .filter(|s| s.tenant == tenant && s.at as usize <= second)
-                .last()
+                .rfind(|s| s.tenant == tenant && s.at as usize <= second)
                 .map_or(0.0, |s| s.demands.iter().sum());
             seconds.push((admitted / quota, steady && demand >= quota));
         }
@@ -165,9 +164,6 @@ async fn run(redis: &RedisServer, scenario: &Scenario) -> Measured {
             .unwrap_or_else(|| panic!("{}: h{i} never reached {fair} of {tenant}", scenario.name));
         let tick = Duration::from_millis(TIMING.0).as_secs_f64();
         measured.rises.push((*reached - *reported).as_secs_f64() / tick);
-    }
-    for host in hosts.drain(..) {
-        drop(host);
     }
     measured
 }
