@@ -18,17 +18,36 @@ pub struct RedisServer {
     dir: ScratchDir,
     port: u16,
     password: Option<String>,
+    /// Serving TLS only, with a certificate for `localhost` from a CA of its own.
+    tls: bool,
     process: Option<ChildGuard>,
 }
 
 impl RedisServer {
     /// Starts a server on a free loopback port, requiring `password` if given.
     pub fn start(password: Option<&str>) -> anyhow::Result<Self> {
+        Self::start_with(password, false)
+    }
+
+    /// Starts a server that speaks TLS only; [`Self::ca_file`] is its CA.
+    pub fn start_tls() -> anyhow::Result<Self> {
+        Self::start_with(None, true)
+    }
+
+    fn start_with(password: Option<&str>, tls: bool) -> anyhow::Result<Self> {
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port();
-        let mut server =
-            Self { dir: ScratchDir::new("redis")?, port, password: password.map(str::to_string), process: None };
+        let dir = ScratchDir::new("redis")?;
+        if tls {
+            make_certificates(&dir)?;
+        }
+        let mut server = Self { dir, port, password: password.map(str::to_string), tls, process: None };
         server.resume()?;
         Ok(server)
+    }
+
+    /// The PEM file of the CA that signed a TLS server's certificate.
+    pub fn ca_file(&self) -> std::path::PathBuf {
+        self.dir.path().join("ca.pem")
     }
 
     pub fn port(&self) -> u16 {
@@ -48,8 +67,17 @@ impl RedisServer {
     pub fn resume(&mut self) -> anyhow::Result<()> {
         anyhow::ensure!(self.process.is_none(), "redis-server is already running");
         let mut command = Command::new("redis-server");
+        let port = self.port.to_string();
+        if self.tls {
+            let file = |name: &str| self.dir.path().join(name);
+            command.args(["--port", "0", "--tls-port", &port, "--tls-auth-clients", "no"]);
+            command.arg("--tls-cert-file").arg(file("server.pem")).arg("--tls-key-file").arg(file("server.key"));
+            command.arg("--tls-ca-cert-file").arg(file("ca.pem"));
+        } else {
+            command.args(["--port", &port]);
+        }
         command
-            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .args(["--bind", "127.0.0.1"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"])
             .arg("--dir")
             .arg(self.dir.path())
@@ -80,4 +108,50 @@ impl RedisServer {
         anyhow::ensure!(output.status.success(), "redis-cli {args:?}: {}", String::from_utf8_lossy(&output.stderr));
         Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())
     }
+}
+
+/// A CA, and a certificate it signed for `localhost` and 127.0.0.1, with openssl.
+fn make_certificates(dir: &ScratchDir) -> anyhow::Result<()> {
+    dir.write("san.ext", "subjectAltName = DNS:localhost, IP:127.0.0.1\n")?;
+    let steps: [&[&str]; 4] = [
+        &["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=shedder test CA"]
+            .into_iter()
+            .chain(["-keyout", "ca.key", "-out", "ca.pem"])
+            .collect::<Vec<_>>(),
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=localhost",
+            "-keyout",
+            "server.key",
+            "-out",
+            "server.csr",
+        ],
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            "san.ext",
+            "-out",
+            "server.pem",
+        ],
+        &["x509", "-in", "server.pem", "-noout"],
+    ];
+    for args in steps {
+        let output = Command::new("openssl").args(args).current_dir(dir.path()).output().context("running openssl")?;
+        anyhow::ensure!(output.status.success(), "openssl {args:?}: {}", String::from_utf8_lossy(&output.stderr));
+    }
+    Ok(())
 }
