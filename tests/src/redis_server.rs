@@ -1,15 +1,16 @@
-//! A `redis-server` of the test's own: on a loopback port, its files in a
-//! scratch directory, no persistence, killed by its PID when the guard drops.
+//! A `redis-server` of the test's own: on a loopback port (the host's, or a
+//! test namespace's), its files in a scratch directory, no persistence,
+//! killed by its PID when the guard drops.
 
 use std::{
-    net::{Ipv4Addr, TcpListener, TcpStream},
+    net::{Ipv4Addr, TcpListener},
     process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
 
-use crate::{child::ChildGuard, scratch::ScratchDir};
+use crate::{child::ChildGuard, netns::Netns, scratch::ScratchDir};
 
 /// How long a server may take to listen.
 const READY_WITHIN: Duration = Duration::from_secs(10);
@@ -20,27 +21,35 @@ pub struct RedisServer {
     password: Option<String>,
     /// Serving TLS only, with a certificate for `localhost` from a CA of its own.
     tls: bool,
+    /// The namespace it runs in (`ip netns exec`, which execs: the PID is
+    /// the server's); the host's when `None`.
+    netns: Option<String>,
     process: Option<ChildGuard>,
 }
 
 impl RedisServer {
     /// Starts a server on a free loopback port, requiring `password` if given.
     pub fn start(password: Option<&str>) -> anyhow::Result<Self> {
-        Self::start_with(password, false)
+        Self::start_with(password, false, None)
     }
 
     /// Starts a server that speaks TLS only; [`Self::ca_file`] is its CA.
     pub fn start_tls() -> anyhow::Result<Self> {
-        Self::start_with(None, true)
+        Self::start_with(None, true, None)
     }
 
-    fn start_with(password: Option<&str>, tls: bool) -> anyhow::Result<Self> {
+    /// Starts a server on the loopback of `netns`.
+    pub fn start_in(netns: &Netns, password: Option<&str>) -> anyhow::Result<Self> {
+        Self::start_with(password, false, Some(netns.name().to_string()))
+    }
+
+    fn start_with(password: Option<&str>, tls: bool, netns: Option<String>) -> anyhow::Result<Self> {
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port();
         let dir = ScratchDir::new("redis")?;
         if tls {
             make_certificates(&dir)?;
         }
-        let mut server = Self { dir, port, password: password.map(str::to_string), tls, process: None };
+        let mut server = Self { dir, port, password: password.map(str::to_string), tls, netns, process: None };
         server.resume()?;
         Ok(server)
     }
@@ -66,7 +75,7 @@ impl RedisServer {
     /// Starts it again on the same port, empty.
     pub fn resume(&mut self) -> anyhow::Result<()> {
         anyhow::ensure!(self.process.is_none(), "redis-server is already running");
-        let mut command = Command::new("redis-server");
+        let mut command = self.command("redis-server");
         let port = self.port.to_string();
         if self.tls {
             let file = |name: &str| self.dir.path().join(name);
@@ -88,7 +97,7 @@ impl RedisServer {
         }
         let mut process = ChildGuard::spawn_owned(&mut command, "redis-server (apt-get install redis-server)")?;
         let until = Instant::now() + READY_WITHIN;
-        while TcpStream::connect((Ipv4Addr::LOCALHOST, self.port)).is_err() {
+        while !self.listening() {
             anyhow::ensure!(process.is_running(), "redis-server exited at start (port {} taken?)", self.port);
             anyhow::ensure!(Instant::now() < until, "redis-server is not listening on {}", self.port);
             std::thread::sleep(Duration::from_millis(20));
@@ -97,9 +106,28 @@ impl RedisServer {
         Ok(())
     }
 
+    /// `program`, in the server's namespace.
+    fn command(&self, program: &str) -> Command {
+        match &self.netns {
+            None => Command::new(program),
+            Some(name) => {
+                let mut command = Command::new("ip");
+                command.args(["netns", "exec", name, program]);
+                command
+            }
+        }
+    }
+
+    /// Whether a TCP connection to the port succeeds, from the server's namespace.
+    fn listening(&self) -> bool {
+        let mut probe = self.command("bash");
+        probe.args(["-c", &format!("exec 3<>/dev/tcp/127.0.0.1/{}", self.port)]).stderr(Stdio::null());
+        probe.status().is_ok_and(|s| s.success())
+    }
+
     /// Runs `redis-cli` against the server and returns its output.
     pub fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
-        let mut command = Command::new("redis-cli");
+        let mut command = self.command("redis-cli");
         command.args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "--no-auth-warning"]);
         if let Some(password) = &self.password {
             command.args(["-a", password]);
