@@ -20,17 +20,10 @@ const PASSWORD: &str = "fleet-daemon-pw-5521";
 /// Long enough for a slow start on a loaded machine; only failures wait it out.
 const WITHIN: Duration = Duration::from_secs(60);
 
+/// The embedded default (observe only), with a fleet.
 fn config(port: u16, password_file: &std::path::Path) -> String {
     format!(
-        r#"
-mode = "observe"
-default_class = "web"
-[[class]]
-name = "web"
-rate = 100
-burst = 10
-action = "reject"
-
+        r#"{}
 [fleet]
 address = "127.0.0.1:{port}"
 password_file = "{}"
@@ -39,6 +32,7 @@ local_share = 0.25
 [fleet.quota]
 chat = 400
 "#,
+        shedder_daemon::config::EMBEDDED_DEFAULT,
         password_file.display()
     )
 }
