@@ -198,6 +198,24 @@ fn settings_with_password(address: String) -> impl Fn(&str) -> shedder_daemon::f
 }
 
 #[tokio::test]
+async fn a_wrong_password_keeps_the_host_local_and_says_why_once_never_the_password() {
+    let (logs, _guard) = Logs::capture();
+    let redis = RedisServer::start(Some("the-right-one")).unwrap();
+    // Its file says fleet-test-pw.
+    let mut host = SimHost::start(settings_with_password(redis.address())("one"), Instant::now());
+    host.set_demand("a", 100.0);
+    for _ in 0..10 {
+        host.next_view().await;
+    }
+    assert_eq!((host.view().state, share(&host.view())), (FleetState::Local, QUOTA * 0.25));
+    let text = logs.text();
+    let why: Vec<&str> = text.lines().filter(|l| l.contains("Redis does not answer")).collect();
+    assert_eq!(why.len(), 1, "{text}");
+    assert!(why[0].to_lowercase().contains("pass") || why[0].contains("AUTH"), "says why: {}", why[0]);
+    assert!(!text.contains("fleet-test-pw"), "{text}");
+}
+
+#[tokio::test]
 async fn redis_restarted_empty_nobody_grows_until_old_leases_expire() {
     let mut redis = RedisServer::start(None).unwrap();
     let (mut one, mut two) = two_synced_hosts(&redis.address(), &redis.address()).await;

@@ -179,7 +179,9 @@ fn parse_report(reply: &[String], tenants: usize) -> anyhow::Result<Grants> {
     let mut grants = Grants { tenants: Vec::new(), ack_needed: false, grace: reply[1] == "1" };
     for i in 0..tenants {
         let at = 2 + FIELDS * i;
-        let lasts_ms = (number(at + 1)? - now_ms).max(0.0);
+        // Redis's clock is read in whole ms: its lease may end up to 1 ms
+        // before `now + lasts` in true time.
+        let lasts_ms = (number(at + 1)? - now_ms - 1.0).max(0.0);
         grants.ack_needed |= reply[at + 2] == "1";
         grants.tenants.push(Grant {
             share: number(at)?.max(0.0),

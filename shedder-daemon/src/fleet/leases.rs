@@ -2,9 +2,10 @@
 //! its lease lasts, the local share once it has expired.
 //!
 //! A lease's end is measured from when the report was *sent*: Redis ran the
-//! script later, so the host always lets go first, whatever its clock.
+//! script later, so the host always lets go first, whatever its clock; and
+//! a little earlier still (`early`), for a late timer or a busy apply.
 
-use std::{collections::BTreeMap, fmt};
+use std::{collections::BTreeMap, fmt, time::Duration};
 
 use tokio::time::Instant;
 
@@ -55,12 +56,14 @@ pub struct LeaseBook {
     tenants: Vec<TenantQuota>,
     leases: Vec<Option<Lease>>,
     answered: bool,
+    early: Duration,
 }
 
 impl LeaseBook {
-    pub fn new(tenants: Vec<TenantQuota>) -> Self {
+    /// The host lets go of each lease `early` before it ends.
+    pub fn new(tenants: Vec<TenantQuota>, early: Duration) -> Self {
         let leases = vec![None; tenants.len()];
-        Self { tenants, leases, answered: false }
+        Self { tenants, leases, answered: false, early }
     }
 
     fn live(&self, now: Instant) -> impl Iterator<Item = Option<&Lease>> {
@@ -77,7 +80,7 @@ impl LeaseBook {
     /// Takes the answer to a report sent at `sent`.
     pub fn answered(&mut self, grants: &Grants, sent: Instant) {
         for (lease, grant) in self.leases.iter_mut().zip(&grants.tenants) {
-            *lease = Some(Lease { share: grant.share, until: sent + grant.lasts });
+            *lease = Some(Lease { share: grant.share, until: sent + grant.lasts.saturating_sub(self.early) });
         }
         self.answered = true;
     }
@@ -114,8 +117,6 @@ impl LeaseBook {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
     use crate::fleet::exchange::Grant;
 
@@ -136,11 +137,11 @@ mod tests {
             TenantQuota { name: "a".into(), quota: 100.0, local: 25.0 },
             TenantQuota { name: "b".into(), quota: 40.0, local: 10.0 },
         ];
-        let mut book = LeaseBook::new(tenants);
+        let mut book = LeaseBook::new(tenants, Duration::from_millis(10));
         let t0 = Instant::now();
         assert_eq!(book.state(t0), FleetState::Local);
         assert_eq!(book.shares(t0), Shares::from([("a".into(), 25.0), ("b".into(), 10.0)]));
-        book.answered(&grants(&[(60.0, 1000), (30.0, 0)]), t0);
+        book.answered(&grants(&[(60.0, 1010), (30.0, 0)]), t0);
         let ms = |n| t0 + Duration::from_millis(n);
         // (time, answered?, state, a, b): a zero-length lease is no lease.
         let rows = [

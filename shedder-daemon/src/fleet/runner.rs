@@ -20,6 +20,10 @@ use super::{
 /// A host whose share lags its fair share asks again after this fraction of a tick.
 const CATCH_UP_DIVISOR: u32 = 4;
 
+/// A host lets go of a lease this fraction of a tick before Redis frees it:
+/// room for a late timer, or a daemon busy when the local shares take over.
+const LET_GO_EARLY_DIVISOR: u32 = 10;
+
 /// What the host reports, kept current by whoever counts connections.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Usage {
@@ -66,13 +70,15 @@ pub async fn run<F, Fut>(
             return;
         }
     };
-    let mut book = LeaseBook::new(settings.tenants.clone());
+    let mut book = LeaseBook::new(settings.tenants.clone(), settings.tick / LET_GO_EARLY_DIVISOR);
     let mut current = FleetView::starting(&settings);
     apply(current.shares.clone()).await;
     info!(host = settings.host, redis = addr, "fleet: local shares until Redis answers");
     let mut interval = tokio::time::interval(settings.tick);
     interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
     let mut last_error = String::new();
+    // Whether this outage's cause has been logged (reset by an answer).
+    let mut cause_logged = false;
     while !view.is_closed() {
         let expiry = book.next_expiry(Instant::now());
         let lease_over = async {
@@ -101,6 +107,7 @@ pub async fn run<F, Fut>(
             match timeout_at(deadline, exchange.report(&settings, &epoch, &rows, &held)).await {
                 Ok(Ok(grants)) => {
                     book.answered(&grants, sent);
+                    cause_logged = false;
                     current.reports += 1;
                     ack_needed = grants.ack_needed;
                     if grants.short() {
@@ -139,7 +146,12 @@ pub async fn run<F, Fut>(
         let state = book.state(now);
         if state != current.state {
             log_change(state, &settings.host, &addr, &last_error);
+            cause_logged |= state != FleetState::Synced;
             current.state = state;
+        } else if !cause_logged && state == FleetState::Local && !last_error.is_empty() {
+            // Local from the start (a wrong address or password): say why, once.
+            warn!(host = settings.host, redis = addr, error = last_error, "fleet: Redis does not answer; local shares");
+            cause_logged = true;
         }
         view.send_replace(current.clone());
     }
