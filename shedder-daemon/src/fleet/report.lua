@@ -72,17 +72,19 @@ for i = 1, n do
     local h, r = records[j], cjson.decode(records[j + 1])
     if h == host then
       mine = r
-    elseif r.e > now then
+    elseif r.e > now or (r.t or 0) > now - lease_ms then
+      -- A host that reported within a lease is in the fleet, with or
+      -- without a lease (in grace it holds none): its demand counts.
       demands[#demands + 1] = r.d
       others = others + committed(r)
     else
-      -- Expired: its share is free; its counts stay in count_key.
+      -- Gone: its share is free; its counts stay in count_key.
       redis.call('HDEL', lease_key, h)
     end
   end
   if not mine and grace and held > 0 then
     -- A lease from before the state was lost: known again from the host.
-    mine = {s = held, e = now + held_ms, d = demand, q = ''}
+    mine = {s = held, e = now + held_ms, d = demand, q = '', t = now}
   end
   local holds = mine and committed(mine) or 0
 
@@ -93,7 +95,7 @@ for i = 1, n do
   local expiry = now + lease_ms
   if grace and share <= 0 then expiry = now end
 
-  local r = {s = share, e = expiry, d = demand, q = seq}
+  local r = {s = share, e = expiry, d = demand, q = seq, t = now}
   local ack = '0'
   if share < holds then
     -- Until the host confirms it applied the smaller share, the larger one
