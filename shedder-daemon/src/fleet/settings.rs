@@ -17,6 +17,8 @@ const MIN_LEASE_TICKS: u64 = 3;
 const MAX_LEASE_MS: u64 = 3_600_000;
 /// The largest password file read: AUTH passwords are short.
 const MAX_PASSWORD_BYTES: u64 = 4096;
+/// The largest CA file read: a bundle of a few hundred roots.
+const MAX_CA_BYTES: u64 = 1 << 20;
 
 /// `[fleet]` as written in the file.
 #[derive(Clone, Debug, PartialEq, Deserialize, Serialize)]
@@ -135,14 +137,19 @@ fn check_name(field: &str, name: &str) -> Result<(), ConfigError> {
     Ok(())
 }
 
-fn read_small(field: &str, path: &PathBuf) -> Result<Vec<u8>, ConfigError> {
+/// A file of at most `limit` bytes, refused past it.
+fn read_small(field: &str, path: &PathBuf, limit: u64) -> Result<Vec<u8>, ConfigError> {
     use std::io::Read as _;
     let read = || -> std::io::Result<Vec<u8>> {
         let mut bytes = Vec::new();
-        std::fs::File::open(path)?.take(MAX_PASSWORD_BYTES.max(1 << 20) + 1).read_to_end(&mut bytes)?;
+        std::fs::File::open(path)?.take(limit + 1).read_to_end(&mut bytes)?;
         Ok(bytes)
     };
-    read().or_else(|e| fail(field, format!("reading {}: {e}", path.display())))
+    let bytes = read().or_else(|e| fail(field, format!("reading {}: {e}", path.display())))?;
+    if bytes.len() as u64 > limit {
+        return fail(field, format!("{} is over {limit} bytes", path.display()));
+    }
+    Ok(bytes)
 }
 
 fn local_hostname() -> Option<String> {
@@ -164,10 +171,7 @@ impl FleetSpec {
         let password = match &self.password_file {
             None => None,
             Some(path) => {
-                let bytes = read_small("password_file", path)?;
-                if bytes.len() as u64 > MAX_PASSWORD_BYTES {
-                    return fail("password_file", format!("{} is over {MAX_PASSWORD_BYTES} bytes", path.display()));
-                }
+                let bytes = read_small("password_file", path, MAX_PASSWORD_BYTES)?;
                 let Ok(text) = String::from_utf8(bytes) else {
                     return fail("password_file", format!("{} is not UTF-8 text", path.display()));
                 };
@@ -182,7 +186,7 @@ impl FleetSpec {
             None => None,
             Some(TlsSpec { ca_file: None }) => Some(Tls { ca_pem: None }),
             Some(TlsSpec { ca_file: Some(path) }) => {
-                let pem = read_small("tls.ca_file", path)?;
+                let pem = read_small("tls.ca_file", path, MAX_CA_BYTES)?;
                 if !pem.starts_with(b"-----BEGIN") {
                     return fail("tls.ca_file", format!("{} is not a PEM certificate", path.display()));
                 }
