@@ -192,3 +192,37 @@ fn parse_report(reply: &[String], tenants: usize) -> anyhow::Result<Grants> {
     }
     Ok(grants)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(fields: &[&str]) -> Vec<String> {
+        fields.iter().map(|f| f.to_string()).collect()
+    }
+
+    #[test]
+    fn an_answer_becomes_grants_that_end_a_millisecond_early() {
+        // now, grace, then (share, expiry, ack, total, fair) per tenant.
+        let answer = reply(&["1000", "0", "250.5", "2000", "1", "77", "250.5", "0", "1000", "0", "3", "400"]);
+        let grants = parse_report(&answer, 2).unwrap();
+        assert_eq!(grants.tenants[0].lasts, Duration::from_millis(999));
+        assert_eq!((grants.tenants[0].share, grants.tenants[0].fleet_admitted), (250.5, 77));
+        assert_eq!(grants.tenants[1].lasts, Duration::ZERO, "no lease");
+        assert!(grants.ack_needed && !grants.grace);
+        assert!(grants.short(), "the second tenant is owed 400 and holds 0");
+    }
+
+    #[test]
+    fn a_malformed_answer_is_an_error() {
+        for (fields, tenants) in [(&["1000", "0"][..], 1), (&["x", "0", "1", "2", "0", "0", "1"][..], 1)] {
+            assert!(parse_report(&reply(fields), tenants).is_err(), "{fields:?}");
+        }
+    }
+
+    #[test]
+    fn in_grace_nobody_is_short() {
+        let grants = parse_report(&reply(&["0", "1", "0", "0", "0", "0", "500"]), 1).unwrap();
+        assert!(grants.grace && !grants.short());
+    }
+}
