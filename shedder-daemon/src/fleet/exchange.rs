@@ -142,8 +142,10 @@ impl Exchange {
         for ((tenant, usage), held) in settings.tenants.iter().zip(usage).zip(held) {
             call.key(format!("{}:lease:{}", settings.prefix, tenant.name));
             call.key(format!("{}:count:{}", settings.prefix, tenant.name));
+            // A demand the script could not order (NaN, infinite) counts as none.
+            let demand = if usage.demand.is_finite() { usage.demand.max(0.0) } else { 0.0 };
             call.arg(tenant.quota)
-                .arg(usage.demand)
+                .arg(demand)
                 .arg(usage.admitted)
                 .arg(held.share)
                 .arg(held.remaining.as_millis() as u64);
