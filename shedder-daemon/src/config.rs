@@ -481,7 +481,13 @@ impl Config {
     /// Validates `[fleet]` (reading its password and CA files); `None`
     /// without one.
     pub fn fleet(&self) -> Result<Option<FleetSettings>, ConfigError> {
-        self.fleet.as_ref().map(FleetSpec::settings).transpose()
+        let Some(spec) = &self.fleet else { return Ok(None) };
+        for name in spec.quota.keys() {
+            if !self.tenants.iter().any(|t| t.name == *name) {
+                return fail(format!("fleet.quota.{name}"), "no [[tenant]] has this name");
+            }
+        }
+        spec.settings().map(Some)
     }
 }
 
@@ -823,9 +829,12 @@ pub(crate) mod tests {
         assert_eq!(config.fleet(), Ok(None));
         let fleet =
             "[fleet]\naddress = \"127.0.0.1:6379\"\nhost = \"h1\"\nlocal_share = 0.5\n[fleet.quota]\nchat = 100";
-        let config = Config::parse(&format!("{BASE}\n{fleet}")).unwrap();
+        let err = Config::parse(&format!("{BASE}\n{fleet}")).unwrap().fleet().unwrap_err();
+        assert_eq!(err.field, "fleet.quota.chat", "a quota names a tenant");
+        let tenant = "[[tenant]]\nname = \"chat\"\ncidrs = [\"10.9.0.0/16\"]\nrate = 100\nburst = 10";
+        let config = Config::parse(&format!("{BASE}\n{tenant}\n{fleet}")).unwrap();
         assert_eq!(config.fleet().unwrap().unwrap().tenants[0].local, 50.0);
-        let bad = Config::parse(&format!("{BASE}\n{}", fleet.replace("0.5", "2"))).unwrap();
+        let bad = Config::parse(&format!("{BASE}\n{tenant}\n{}", fleet.replace("0.5", "2"))).unwrap();
         assert_eq!(bad.fleet().unwrap_err().field, "fleet.local_share");
     }
 

@@ -99,6 +99,11 @@ impl Daemon {
         self.control.tick(self.started.elapsed(), monotonic_ns())
     }
 
+    /// The tenants' shares taken again now (the fleet's changed).
+    pub fn retake_tenant_shares(&mut self) -> anyhow::Result<()> {
+        self.control.retake_tenant_shares(self.started.elapsed())
+    }
+
     /// Observations from a scrape.
     pub fn observe(&mut self, batches: &[ClassObservations]) {
         self.control.observe(self.started.elapsed(), batches);

@@ -20,10 +20,16 @@ const PASSWORD: &str = "fleet-daemon-pw-5521";
 /// Long enough for a slow start on a loaded machine; only failures wait it out.
 const WITHIN: Duration = Duration::from_secs(60);
 
-/// The embedded default (observe only), with a fleet.
+/// The embedded default (observe only), with a tenant and a fleet.
 fn config(port: u16, password_file: &std::path::Path) -> String {
     format!(
         r#"{}
+[[tenant]]
+name = "chat"
+cidrs = ["10.9.0.0/16"]
+rate = 400
+burst = 40
+
 [fleet]
 address = "127.0.0.1:{port}"
 password_file = "{}"

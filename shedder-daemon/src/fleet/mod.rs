@@ -11,6 +11,7 @@
 //! * [`exchange`]: the scripts, and the connection they run over.
 //! * [`leases`]: what the host holds, its shares and its [`FleetState`].
 //! * [`runner`]: the task that ties them together every tick.
+//! * [`tenant_shares`]: the tenants' shares, from the fleet.
 //!
 //! The model, the script and the faults are described in docs/fleet.md.
 
@@ -18,8 +19,10 @@ pub mod exchange;
 pub mod leases;
 pub mod runner;
 pub mod settings;
+pub mod tenant_shares;
 
 pub use exchange::TenantUsage;
 pub use leases::{FleetState, Shares};
 pub use runner::{FleetView, Usage, run};
 pub use settings::{FleetSettings, FleetSpec};
+pub use tenant_shares::FleetShares;

@@ -26,6 +26,9 @@ pub struct TenantLoad {
     pub offered: Option<f64>,
     /// Connections it was admitted per second, likewise.
     pub admitted: Option<f64>,
+    /// Connections it was admitted since its counter began (a fleet reports
+    /// counts, not rates, so that none is lost or counted twice).
+    pub admitted_total: u64,
 }
 
 /// Where each tenant's share comes from: the rate this host is entitled to
