@@ -221,7 +221,10 @@ impl ControlLoop {
         let demand: Vec<Option<f64>> = loads.iter().map(|t| t.offered).collect();
         let rates = lend(&shares, &weights, &demand);
         let mut changed = false;
-        for (slot, rate) in rates.into_iter().enumerate() {
+        for (slot, mut rate) in rates.into_iter().enumerate() {
+            if !self.shares.may_borrow(&loads[slot].name) {
+                rate = rate.min(shares[slot]);
+            }
             let old = self.plan.tenants[slot];
             let new = BucketParams::new(to_milli(rate), old.burst_milli, old.cost_milli);
             changed |= new != old;

@@ -39,6 +39,11 @@ impl TenantShares for FleetShares {
         let view = self.view.borrow();
         tenants.iter().map(|t| view.shares.get(&t.name).copied().unwrap_or(t.configured_rate)).collect()
     }
+
+    /// A fleet tenant borrowing on this host would take more than its quota.
+    fn may_borrow(&self, tenant: &str) -> bool {
+        !self.view.borrow().shares.contains_key(tenant)
+    }
 }
 
 #[cfg(test)]
@@ -71,5 +76,6 @@ mod tests {
         let usage = usage_rx.borrow();
         assert_eq!(usage.tenants["a"], TenantUsage { demand: 300.0, admitted: 12 });
         assert_eq!(usage.tenants["b"], TenantUsage { demand: 0.0, admitted: 0 });
+        assert!(!shares.may_borrow("a") && shares.may_borrow("b"), "only tenants outside the fleet borrow");
     }
 }

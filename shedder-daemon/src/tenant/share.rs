@@ -38,6 +38,12 @@ pub struct TenantLoad {
 /// host's lease of each tenant's global quota (and report the loads it is given).
 pub trait TenantShares: Send {
     fn shares(&mut self, tenants: &[TenantLoad]) -> Vec<f64>;
+
+    /// Whether `tenant` may borrow what others leave beyond its share (a
+    /// tenant whose share is its part of a fleet-wide quota may not).
+    fn may_borrow(&self, _tenant: &str) -> bool {
+        true
+    }
 }
 
 /// Every tenant's share is its configured rate.
