@@ -27,7 +27,7 @@ fn config(port: u16, password_file: &std::path::Path) -> String {
 [[tenant]]
 name = "chat"
 cidrs = ["10.9.0.0/16"]
-rate = 400
+rate = 1000
 burst = 40
 
 [fleet]
@@ -57,11 +57,13 @@ fn scrape(ns: &Netns) -> String {
     .unwrap()
 }
 
-/// The fleet's lines of a scrape: its state and share.
+/// The fleet's lines of a scrape: its state and share, and the tenant's rate.
 fn fleet_lines(scrape: &str) -> Vec<String> {
     let mut lines: Vec<String> = scrape
         .lines()
-        .filter(|l| l.starts_with("shedder_fleet_state{") || l.starts_with("shedder_fleet_share{"))
+        .filter(|l| {
+            ["shedder_fleet_state{", "shedder_fleet_share{", "shedder_tenant_rate{"].iter().any(|p| l.starts_with(p))
+        })
         .map(str::to_string)
         .collect();
     lines.sort();
@@ -74,6 +76,8 @@ fn expected(state: &str, share: f64) -> Vec<String> {
         .map(|s| format!("shedder_fleet_state{{state=\"{s}\"}} {}", i64::from(*s == state)))
         .collect();
     lines.push(format!("shedder_fleet_share{{tenant=\"chat\"}} {share:.1}"));
+    // The tenant's bucket takes the fleet's share, not its configured 1000/s.
+    lines.push(format!("shedder_tenant_rate{{tenant=\"chat\"}} {share:.1}"));
     lines.sort();
     lines
 }

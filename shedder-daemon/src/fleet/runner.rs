@@ -132,8 +132,10 @@ pub async fn run<F, Fut>(
         let now = Instant::now();
         let shares = book.shares(now);
         if shares != current.shares {
-            apply(shares.clone()).await;
-            current.shares = shares;
+            // Published first: `apply` may read them from the view.
+            current.shares = shares.clone();
+            view.send_replace(current.clone());
+            apply(shares).await;
         }
         if ack_needed {
             match timeout_at(now + settings.tick, exchange.ack(&settings)).await {
