@@ -9,6 +9,7 @@ use std::{collections::BTreeMap, fmt, path::Path};
 use crate::{
     control::{Budget, ClassPolicy, ControlParams, Controller, Tier, safety},
     estimate::{ClassPrior, EstimatorParams, Estimators},
+    fleet::{FleetSettings, FleetSpec},
     telemetry::scrape::ScrapeTarget,
     tenant::{TenantSpec, add_tenants, share::TenantPolicy},
 };
@@ -120,6 +121,9 @@ pub struct Config {
     /// The inference backend the controlled classes share (`[backend]`).
     #[serde(default, skip_serializing_if = "BackendSpec::is_empty")]
     pub backend: BackendSpec,
+    /// Tenants' quotas shared with other hosts through Redis (`[fleet]`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<FleetSpec>,
 }
 
 /// `[backend]`: what the controller may assume of the shared backend before
@@ -473,6 +477,20 @@ impl Config {
     }
 }
 
+impl Config {
+    /// Validates `[fleet]` (reading its password and CA files); `None`
+    /// without one.
+    pub fn fleet(&self) -> Result<Option<FleetSettings>, ConfigError> {
+        let Some(spec) = &self.fleet else { return Ok(None) };
+        for name in spec.quota.keys() {
+            if !self.tenants.iter().any(|t| t.name == *name) {
+                return fail(format!("fleet.quota.{name}"), "no [[tenant]] has this name");
+            }
+        }
+        spec.settings().map(Some)
+    }
+}
+
 /// A message that starts with its own field name (`safety_ms: …`), for a
 /// [`ConfigError`] that names the field in full already.
 fn after_field(message: String) -> String {
@@ -803,6 +821,21 @@ pub(crate) mod tests {
         assert!(plan_of("[watchdog]\nfail_open_after_ms = 500").is_ok(), "five ticks of 100 ms");
         let err = format!("{:#}", Config::parse(&format!("{BASE}\n[watchdog]\nafter = 5")).unwrap_err());
         assert!(err.contains("after"), "{err}");
+    }
+
+    #[test]
+    fn a_fleet_section_is_validated_with_the_rest_and_optional() {
+        let config = Config::parse(BASE).unwrap();
+        assert_eq!(config.fleet(), Ok(None));
+        let fleet =
+            "[fleet]\naddress = \"127.0.0.1:6379\"\nhost = \"h1\"\nlocal_share = 0.5\n[fleet.quota]\nchat = 100";
+        let err = Config::parse(&format!("{BASE}\n{fleet}")).unwrap().fleet().unwrap_err();
+        assert_eq!(err.field, "fleet.quota.chat", "a quota names a tenant");
+        let tenant = "[[tenant]]\nname = \"chat\"\ncidrs = [\"10.9.0.0/16\"]\nrate = 100\nburst = 10";
+        let config = Config::parse(&format!("{BASE}\n{tenant}\n{fleet}")).unwrap();
+        assert_eq!(config.fleet().unwrap().unwrap().tenants[0].local, 50.0);
+        let bad = Config::parse(&format!("{BASE}\n{tenant}\n{}", fleet.replace("0.5", "2"))).unwrap();
+        assert_eq!(bad.fleet().unwrap_err().field, "fleet.local_share");
     }
 
     #[test]

@@ -196,7 +196,8 @@ impl ControlLoop {
             snapshots.iter().map(|s| (s.name.clone(), f(&s.counters))).collect()
         };
         let offered = self.tenant_offered.update(now, count(|c| c.offered()));
-        let admitted = self.tenant_admitted.update(now, count(|c| c.admitted));
+        let admitted_totals: BTreeMap<String, u64> = count(|c| c.admitted);
+        let admitted = self.tenant_admitted.update(now, admitted_totals.clone());
         let loads: Vec<TenantLoad> = self
             .tenants
             .iter()
@@ -206,6 +207,7 @@ impl ControlLoop {
                 weight: t.weight,
                 offered: offered.get(&t.name).copied(),
                 admitted: admitted.get(&t.name).copied(),
+                admitted_total: admitted_totals.get(&t.name).copied().unwrap_or(0),
             })
             .collect();
         let shares = self.shares.shares(&loads);
@@ -219,13 +221,25 @@ impl ControlLoop {
         let demand: Vec<Option<f64>> = loads.iter().map(|t| t.offered).collect();
         let rates = lend(&shares, &weights, &demand);
         let mut changed = false;
-        for (slot, rate) in rates.into_iter().enumerate() {
+        for (slot, mut rate) in rates.into_iter().enumerate() {
+            if !self.shares.may_borrow(&loads[slot].name) {
+                rate = rate.min(shares[slot]);
+            }
             let old = self.plan.tenants[slot];
             let new = BucketParams::new(to_milli(rate), old.burst_milli, old.cost_milli);
             changed |= new != old;
             self.plan.tenants[slot] = new;
         }
         Ok(changed)
+    }
+
+    /// Takes the tenants' shares again at once, between ticks (a fleet
+    /// whose shares changed must have them in force before it confirms).
+    pub fn retake_tenant_shares(&mut self, now: Duration) -> anyhow::Result<()> {
+        if self.lend_tenant_rates(now)? {
+            self.publish_rates()?;
+        }
+        Ok(())
     }
 
     /// Writes the controller's rates into the plan and the maps (which only

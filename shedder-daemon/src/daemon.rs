@@ -11,7 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::{
     clock::monotonic_ns,
@@ -19,6 +19,7 @@ use crate::{
     control::Decision,
     control_loop::ControlLoop,
     datapath::Attachment,
+    fleet::FleetView,
     hook_watch::{HookChange, HookWatch},
     telemetry::ClassObservations,
 };
@@ -34,6 +35,8 @@ pub struct Daemon {
     iface: String,
     attachment: Attachment,
     hook: HookWatch,
+    /// What the fleet task last published, with `[fleet]`.
+    fleet: Option<watch::Receiver<FleetView>>,
 }
 
 /// Why a configuration change was not made. Either way nothing changed.
@@ -68,12 +71,37 @@ impl Daemon {
         attachment: Attachment,
     ) -> Self {
         let hook = HookWatch::new(&iface, attachment);
-        Self { control, config, config_path, config_version: 1, started: Instant::now(), iface, attachment, hook }
+        Self {
+            control,
+            config,
+            config_path,
+            config_version: 1,
+            started: Instant::now(),
+            iface,
+            attachment,
+            hook,
+            fleet: None,
+        }
+    }
+
+    /// Follows the fleet task's view (state, shares) from now on.
+    pub fn follow_fleet(&mut self, view: watch::Receiver<FleetView>) {
+        self.fleet = Some(view);
+    }
+
+    /// The fleet as this host sees it; `None` without `[fleet]`.
+    pub fn fleet(&self) -> Option<FleetView> {
+        self.fleet.as_ref().map(|view| view.borrow().clone())
     }
 
     /// One controller tick, on the daemon's clock.
     pub fn tick(&mut self) -> anyhow::Result<Vec<Decision>> {
         self.control.tick(self.started.elapsed(), monotonic_ns())
+    }
+
+    /// The tenants' shares taken again now (the fleet's changed).
+    pub fn retake_tenant_shares(&mut self) -> anyhow::Result<()> {
+        self.control.retake_tenant_shares(self.started.elapsed())
     }
 
     /// Observations from a scrape.
@@ -124,8 +152,13 @@ impl Daemon {
     pub fn replace_config(&mut self, config: Config) -> Result<u64, ChangeError> {
         let plan = config.plan().map_err(ChangeError::Invalid)?;
         let setup = config.control().map_err(ChangeError::Invalid)?;
+        config.fleet().map_err(ChangeError::Invalid)?;
         if config == self.config {
             return Ok(self.config_version);
+        }
+        if config.fleet != self.config.fleet {
+            // The fleet task holds its connection and leases from the start.
+            return Err(ChangeError::Unavailable("[fleet] changes only with a restart; nothing changed".into()));
         }
         self.control.reconfigure(plan, setup).map_err(ChangeError::Apply)?;
         self.config = config;

@@ -11,6 +11,7 @@
 //! * [`control_loop`]: the per-tick work that ties them to the datapath.
 //! * [`daemon`]: the running daemon's state and the handle other tasks reach it by.
 //! * [`api`]: the JSON control socket and `shedder ctl`, its client.
+//! * [`fleet`]: tenants' global quotas shared across hosts through Redis.
 //! * [`admit`]: job-level admission for servers that want a per-request answer.
 //! * [`metrics`]: Prometheus distributions and the /metrics endpoint.
 //! * [`report`]: the periodic counters log.
@@ -30,6 +31,7 @@ pub mod control_loop;
 pub mod daemon;
 pub mod datapath;
 pub mod estimate;
+pub mod fleet;
 pub mod hook_watch;
 pub mod listen;
 pub mod lock;

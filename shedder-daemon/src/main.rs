@@ -15,6 +15,7 @@ use shedder_daemon::{
     control_loop::ControlLoop,
     daemon::{Daemon, DaemonHandle},
     datapath::{AttachKind, Datapath},
+    fleet::{self, FleetSettings, FleetShares},
     hook_watch::HookChange,
     listen, metrics,
     pin::{self, PinDir},
@@ -24,6 +25,7 @@ use shedder_daemon::{
 use tokio::{
     io::unix::AsyncFd,
     signal::unix::{SignalKind, signal},
+    sync::watch,
     time::MissedTickBehavior,
 };
 use tracing::{info, warn};
@@ -140,6 +142,7 @@ fn main() -> anyhow::Result<()> {
             let config = load_config(config.as_ref())?;
             let plan = config.plan().context("invalid config")?;
             config.control().context("invalid config")?;
+            config.fleet().context("invalid config")?;
             // The config as the daemon will run it, defaults filled in, in
             // the file's own words.
             let rules = plan.src_v4.len() + plan.src_v6.len() + plan.dst_ports.len() + plan.dscp.len();
@@ -177,6 +180,7 @@ fn main() -> anyhow::Result<()> {
             let config = load_config(config_path.as_ref())?;
             config.plan().context("invalid config; nothing was attached")?;
             config.control().context("invalid config; nothing was attached")?;
+            config.fleet().context("invalid config; nothing was attached")?;
             nix::net::if_::if_nametoindex(iface.as_str())
                 .with_context(|| format!("--iface: no interface is named {iface:?} here"))?;
             let group = socket_group.as_deref().map(resolve_group).transpose()?;
@@ -232,6 +236,7 @@ async fn run(
 ) -> anyhow::Result<()> {
     let plan = config.plan().context("invalid config; nothing was attached")?;
     let setup = config.control().context("invalid config; nothing was attached")?;
+    let fleet = config.fleet().context("invalid config; nothing was attached")?;
     // Signal handlers first: from the moment the program is attached, a
     // SIGINT or SIGTERM must end the daemon cleanly (detaching the program
     // unless it is pinned), never kill it outright.
@@ -266,9 +271,18 @@ async fn run(
     let (scraped_tx, mut scraped) = tokio::sync::mpsc::channel(16);
     spawn_scrapers(&setup, scraped_tx);
     let control = ControlLoop::new(datapath, plan, setup, open_gpu_source());
+    // With [fleet], the tenants' shares are this host's leases of their quotas.
+    let fleet = fleet.map(FleetLink::new);
+    let control = match &fleet {
+        Some(link) => control.with_tenant_shares(Box::new(link.shares())),
+        None => control,
+    };
     let mut daemon = Daemon::new(control, config, config_path, iface.to_string(), attachment);
     // Other tasks (the control socket, metrics) reach the daemon through this.
     let (handle, mut jobs) = DaemonHandle::channel(256);
+    if let Some(link) = fleet {
+        link.spawn(&mut daemon, handle.clone());
+    }
     let server = socket.serve(handle.clone(), options.access);
     tokio::spawn(metrics::serve(metrics_listener, handle.clone()));
     info!(addr = %metrics_addr, "serving /metrics");
@@ -337,6 +351,44 @@ fn check_file_limit() -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The fleet's task and the channels it shares with the control loop (usage
+/// in, shares out) and the daemon (its view).
+struct FleetLink {
+    settings: FleetSettings,
+    usage: (watch::Sender<fleet::Usage>, watch::Receiver<fleet::Usage>),
+    view: (watch::Sender<fleet::FleetView>, watch::Receiver<fleet::FleetView>),
+}
+
+impl FleetLink {
+    fn new(settings: FleetSettings) -> Self {
+        // The counts are reported from this run's start: a new epoch each run.
+        let epoch = format!("{}-{}", std::process::id(), clock::monotonic_ns());
+        let usage = watch::channel(fleet::Usage { epoch, ..fleet::Usage::default() });
+        let view = watch::channel(fleet::FleetView::starting(&settings));
+        Self { settings, usage, view }
+    }
+
+    /// The tenants' share source for the control loop.
+    fn shares(&self) -> FleetShares {
+        FleetShares::new(self.view.1.clone(), self.usage.0.clone())
+    }
+
+    /// Starts the task; new shares are put in force at once, through the
+    /// daemon, before the fleet confirms a smaller one.
+    fn spawn(self, daemon: &mut Daemon, handle: DaemonHandle) {
+        daemon.follow_fleet(self.view.1);
+        let apply = move |_shares| {
+            let handle = handle.clone();
+            async move {
+                if let Ok(Err(e)) = handle.call(|d| d.retake_tenant_shares()).await {
+                    warn!("fleet: applying the tenants' shares: {e:#}");
+                }
+            }
+        };
+        tokio::spawn(fleet::run(self.settings, self.usage.1, self.view.0, apply));
+    }
 }
 
 /// One task per scrape target, each fetching on its own schedule (off the

@@ -38,6 +38,7 @@ use tracing::debug;
 
 use crate::{
     daemon::{Daemon, DaemonHandle},
+    fleet::{FleetState, FleetView},
     listen::AcceptErrors,
     telemetry::{ClassObservations, Observation},
 };
@@ -74,6 +75,11 @@ struct TenantOutcomeLabel {
 struct MissingLabel {
     target: String,
     family: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabel {
+    state: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -229,6 +235,35 @@ fn register_model(registry: &mut Registry, control: &crate::control_loop::Contro
     );
 }
 
+/// With `[fleet]`: where this host's tenant shares come from, the shares,
+/// and what the whole fleet admitted.
+fn register_fleet(registry: &mut Registry, view: &FleetView) {
+    let state = Family::<StateLabel, Gauge>::default();
+    for s in FleetState::ALL {
+        state.get_or_create(&StateLabel { state: s.name() }).set(i64::from(s == view.state));
+    }
+    registry.register(
+        "shedder_fleet_state",
+        "1 for the fleet state this host is in: synced (shares from Redis), holding (Redis silent, leases last), \
+         local (no lease: local shares)",
+        state,
+    );
+    let share = Family::<TenantLabel, Gauge<f64, AtomicU64>>::default();
+    for (tenant, rate) in &view.shares {
+        share.get_or_create(&TenantLabel { tenant: tenant.clone() }).set(*rate);
+    }
+    registry.register("shedder_fleet_share", "This host's share of each tenant's fleet quota, connections/s", share);
+    let admitted = Family::<TenantLabel, Gauge>::default();
+    for (tenant, n) in &view.fleet_admitted {
+        admitted.get_or_create(&TenantLabel { tenant: tenant.clone() }).set(i64::try_from(*n).unwrap_or(i64::MAX));
+    }
+    registry.register(
+        "shedder_fleet_admitted_connections",
+        "Connections the whole fleet admitted for each tenant, as Redis counted them at the last report",
+        admitted,
+    );
+}
+
 /// The whole exposition, read from the daemon at one moment.
 pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
     let control = daemon.control();
@@ -300,6 +335,10 @@ pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
     config.set(daemon.config_version() as i64);
     registry.register("shedder_estimator_version", "Version of the estimators' parameters", estimator);
     registry.register("shedder_config_version", "Version of the configuration in force", config);
+
+    if let Some(view) = daemon.fleet() {
+        register_fleet(&mut registry, &view);
+    }
 
     let attached = Gauge::<i64>::default();
     attached.set(i64::from(daemon.hook_problem().is_none()));
@@ -413,4 +452,31 @@ async fn respond<B>(daemon: &DaemonHandle, request: &Request<B>) -> Response<Ful
 /// Binds the metrics endpoint (fails early on a bad or busy address).
 pub async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
     tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding the metrics endpoint {addr}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_fleet_state_is_one_labelled_gauge_set_for_the_state_in_force() {
+        for state in FleetState::ALL {
+            let view = FleetView {
+                state,
+                shares: [("chat".to_string(), 250.0)].into(),
+                fleet_admitted: [("chat".to_string(), 1234)].into(),
+                reports: 7,
+            };
+            let mut registry = Registry::default();
+            register_fleet(&mut registry, &view);
+            let mut text = String::new();
+            encode(&mut text, &registry).unwrap();
+            for other in FleetState::ALL {
+                let line = format!("shedder_fleet_state{{state=\"{}\"}} {}", other.name(), i64::from(other == state));
+                assert!(text.contains(&line), "{line} not in:\n{text}");
+            }
+            assert!(text.contains("shedder_fleet_share{tenant=\"chat\"} 250.0"), "{text}");
+            assert!(text.contains("shedder_fleet_admitted_connections{tenant=\"chat\"} 1234"), "{text}");
+        }
+    }
 }

@@ -43,6 +43,12 @@ const NFTABLES: SystemTool = SystemTool {
     why: "the drill's `static` mode and the flood benchmark compare shedder with an nftables rule",
 };
 
+pub const REDIS_SERVER: SystemTool = SystemTool {
+    package: "redis-server",
+    binary: "redis-server",
+    why: "the fleet's tests and demo start redis-server processes of their own",
+};
+
 pub const HELP2MAN: SystemTool = SystemTool {
     package: "help2man",
     binary: "help2man",
@@ -62,7 +68,7 @@ pub struct Needs {
 impl Needs {
     /// `cargo xtask bootstrap`: everything that can be installed; no root required.
     pub fn everything(task: &'static str) -> Self {
-        Self { task, root: false, tools: &[IPROUTE2, NFTABLES] }
+        Self { task, root: false, tools: &[IPROUTE2, NFTABLES, REDIS_SERVER] }
     }
 
     /// Tasks that only compile.

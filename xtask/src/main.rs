@@ -10,6 +10,7 @@ mod cmd;
 mod deb;
 mod demo;
 mod drill;
+mod fleet;
 mod fuzz;
 mod test;
 mod vm;
@@ -55,6 +56,14 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Four fleet hosts (the daemon's fleet task, in one process) sharing two
+    /// tenants' quotas through one redis-server, live: per tenant and second,
+    /// what each host admitted against the quota while one tenant floods.
+    /// Arguments go to `shedder-fleet-demo` (try `-- --help`).
+    Fleet {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// The failure drill: the reference workload through the real daemon between two
     /// network namespaces, once per mode (off, observe, enforce, static, and the
     /// queue-cap, queue-timeout and saturation peers), judged by completed-on-time
@@ -85,6 +94,7 @@ fn main() {
         Task::Bench { args } => bench::run(&args),
         Task::Demo { args } => demo::run(&args),
         Task::Drill { args } => drill::run(&args),
+        Task::Fleet { args } => fleet::run(&args),
         Task::Fuzz(args) => fuzz::run(args),
         Task::Vm(args) => vm::run(args),
     };

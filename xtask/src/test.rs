@@ -40,7 +40,8 @@ impl Tally {
 }
 
 pub fn run(args: &[String]) -> anyhow::Result<()> {
-    bootstrap::run(bootstrap::Needs::root("test"))?;
+    let tools = &[bootstrap::IPROUTE2, bootstrap::REDIS_SERVER];
+    bootstrap::run(bootstrap::Needs { task: "test", root: true, tools })?;
     // The drill's test runs the `shedder` binary beside its own, which cargo
     // builds only for the daemon's tests: build it first, so a filtered run has it too.
     let release = args.iter().take_while(|a| *a != "--").any(|a| a == "--release");

@@ -26,6 +26,9 @@ pub struct TenantLoad {
     pub offered: Option<f64>,
     /// Connections it was admitted per second, likewise.
     pub admitted: Option<f64>,
+    /// Connections it was admitted since its counter began (a fleet reports
+    /// counts, not rates, so that none is lost or counted twice).
+    pub admitted_total: u64,
 }
 
 /// Where each tenant's share comes from: the rate this host is entitled to
@@ -35,6 +38,12 @@ pub struct TenantLoad {
 /// host's lease of each tenant's global quota (and report the loads it is given).
 pub trait TenantShares: Send {
     fn shares(&mut self, tenants: &[TenantLoad]) -> Vec<f64>;
+
+    /// Whether `tenant` may borrow what others leave beyond its share (a
+    /// tenant whose share is its part of a fleet-wide quota may not).
+    fn may_borrow(&self, _tenant: &str) -> bool {
+        true
+    }
 }
 
 /// Every tenant's share is its configured rate.

@@ -1,0 +1,230 @@
+//! One host's exchange with Redis: the report that takes back its shares
+//! (`report.lua`) and the confirmation that it applied a smaller one
+//! (`ack.lua`), each one atomic script run by EVALSHA (loaded again when
+//! Redis answers NOSCRIPT, as after a restart).
+
+use std::time::Duration;
+
+use anyhow::Context as _;
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo as _, RedisConnectionInfo, Script,
+    aio::MultiplexedConnection,
+};
+
+use super::settings::FleetSettings;
+
+/// What the host says of one tenant each tick.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TenantUsage {
+    /// New connections offered per second (admitted or not).
+    pub demand: f64,
+    /// Connections admitted since the counter's epoch began.
+    pub admitted: u64,
+}
+
+/// What the host holds of one tenant when it reports.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Held {
+    pub share: f64,
+    /// How much longer the lease holds, by the host's clock.
+    pub remaining: Duration,
+}
+
+/// One tenant's answer.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grant {
+    /// Connections/s this host may admit.
+    pub share: f64,
+    /// How long the share holds from when Redis ran the script (0: no lease).
+    pub lasts: Duration,
+    /// Connections the whole fleet admitted for the tenant, as counted so far.
+    pub fleet_admitted: u64,
+    /// The max-min fair share owed; above `share` while other hosts have
+    /// yet to shrink.
+    pub fair: f64,
+}
+
+/// The answer to a report, in the order of the settings' tenants.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Grants {
+    pub tenants: Vec<Grant>,
+    /// Some share is smaller than what the host held: apply, then [`Exchange::ack`].
+    pub ack_needed: bool,
+    /// The fleet's state was new or lost: nobody grows until old leases expire.
+    pub grace: bool,
+}
+
+pub struct Exchange {
+    client: Client,
+    connection: Option<MultiplexedConnection>,
+    timeout: Duration,
+    report: Script,
+    ack: Script,
+    seq: u64,
+}
+
+impl Grants {
+    /// Some tenant's share falls short of its fair share by more than
+    /// [`SHORT_BY`]: other hosts shrink at their next reports, so the host
+    /// asks again soon rather than a whole tick later.
+    pub fn short(&self) -> bool {
+        !self.grace && self.tenants.iter().any(|g| g.share < g.fair * (1.0 - SHORT_BY))
+    }
+}
+
+/// How far below its fair share a share may lag before the host asks again early.
+const SHORT_BY: f64 = 0.02;
+
+impl Exchange {
+    /// Sets up the client; nothing connects until the first report.
+    pub fn new(settings: &FleetSettings, timeout: Duration) -> anyhow::Result<Self> {
+        let addr = match &settings.tls {
+            None => ConnectionAddr::Tcp(settings.host_addr.clone(), settings.port),
+            Some(_) => ConnectionAddr::TcpTls {
+                host: settings.host_addr.clone(),
+                port: settings.port,
+                insecure: false,
+                tls_params: None,
+            },
+        };
+        let mut redis = RedisConnectionInfo::default();
+        if let Some(password) = &settings.password {
+            redis = redis.set_password(password.expose());
+        }
+        let info = addr.into_connection_info().context("the Redis address")?.set_redis_settings(redis);
+        let client = match settings.tls.as_ref().and_then(|tls| tls.ca_pem.clone()) {
+            Some(root_cert) => {
+                let certs = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
+                Client::build_with_tls(info, certs).context("the TLS roots in fleet.tls.ca_file")?
+            }
+            None => Client::open(info).context("the Redis client")?,
+        };
+        Ok(Self {
+            client,
+            connection: None,
+            timeout,
+            report: Script::new(include_str!("report.lua")),
+            ack: Script::new(include_str!("ack.lua")),
+            seq: 0,
+        })
+    }
+
+    async fn connect(&mut self) -> anyhow::Result<()> {
+        if self.connection.is_none() {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(self.timeout))
+                .set_response_timeout(Some(self.timeout));
+            let connection = self.client.get_multiplexed_async_connection_with_config(&config).await?;
+            self.connection = Some(connection);
+        }
+        Ok(())
+    }
+
+    /// Forgets the connection after a failure: the next call opens a new
+    /// one (a stalled or half-closed one would never answer).
+    pub fn disconnect(&mut self) {
+        self.connection = None;
+    }
+
+    /// Reports `usage` (one row per settings tenant) and takes back the shares.
+    pub async fn report(
+        &mut self,
+        settings: &FleetSettings,
+        epoch: &str,
+        usage: &[TenantUsage],
+        held: &[Held],
+    ) -> anyhow::Result<Grants> {
+        self.connect().await?;
+        self.seq += 1;
+        let mut call = self.report.prepare_invoke();
+        call.key(format!("{}:born", settings.prefix));
+        call.arg(&settings.host).arg(settings.lease.as_millis() as u64).arg(epoch).arg(self.seq.to_string());
+        for ((tenant, usage), held) in settings.tenants.iter().zip(usage).zip(held) {
+            call.key(format!("{}:lease:{}", settings.prefix, tenant.name));
+            call.key(format!("{}:count:{}", settings.prefix, tenant.name));
+            // A demand the script could not order (NaN, infinite) counts as none.
+            let demand = if usage.demand.is_finite() { usage.demand.max(0.0) } else { 0.0 };
+            call.arg(tenant.quota)
+                .arg(demand)
+                .arg(usage.admitted)
+                .arg(held.share)
+                .arg(held.remaining.as_millis() as u64);
+        }
+        let connection = self.connection.as_mut().expect("connected above");
+        let reply: Vec<String> = call.invoke_async(connection).await.context("running the report script")?;
+        parse_report(&reply, settings.tenants.len())
+    }
+
+    /// Confirms the last report's shares are applied.
+    pub async fn ack(&mut self, settings: &FleetSettings) -> anyhow::Result<()> {
+        self.connect().await?;
+        let mut call = self.ack.prepare_invoke();
+        for tenant in &settings.tenants {
+            call.key(format!("{}:lease:{}", settings.prefix, tenant.name));
+        }
+        call.arg(&settings.host).arg(self.seq.to_string());
+        let connection = self.connection.as_mut().expect("connected above");
+        let _: i64 = call.invoke_async(connection).await.context("running the ack script")?;
+        Ok(())
+    }
+}
+
+/// Fields of the report's answer per tenant.
+const FIELDS: usize = 5;
+
+fn parse_report(reply: &[String], tenants: usize) -> anyhow::Result<Grants> {
+    anyhow::ensure!(reply.len() == 2 + FIELDS * tenants, "the report script answered {} fields", reply.len());
+    let number = |i: usize| -> anyhow::Result<f64> {
+        reply[i].parse::<f64>().with_context(|| format!("field {i} of the report's answer: {:?}", reply[i]))
+    };
+    let now_ms = number(0)?;
+    let mut grants = Grants { tenants: Vec::new(), ack_needed: false, grace: reply[1] == "1" };
+    for i in 0..tenants {
+        let at = 2 + FIELDS * i;
+        // Redis's clock is read in whole ms: its lease may end up to 1 ms
+        // before `now + lasts` in true time.
+        let lasts_ms = (number(at + 1)? - now_ms - 1.0).max(0.0);
+        grants.ack_needed |= reply[at + 2] == "1";
+        grants.tenants.push(Grant {
+            share: number(at)?.max(0.0),
+            lasts: Duration::from_millis(lasts_ms as u64),
+            fleet_admitted: number(at + 3)? as u64,
+            fair: number(at + 4)?,
+        });
+    }
+    Ok(grants)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn reply(fields: &[&str]) -> Vec<String> {
+        fields.iter().map(|f| f.to_string()).collect()
+    }
+
+    #[test]
+    fn an_answer_becomes_grants_that_end_a_millisecond_early() {
+        // now, grace, then (share, expiry, ack, total, fair) per tenant.
+        let answer = reply(&["1000", "0", "250.5", "2000", "1", "77", "250.5", "0", "1000", "0", "3", "400"]);
+        let grants = parse_report(&answer, 2).unwrap();
+        assert_eq!(grants.tenants[0].lasts, Duration::from_millis(999));
+        assert_eq!((grants.tenants[0].share, grants.tenants[0].fleet_admitted), (250.5, 77));
+        assert_eq!(grants.tenants[1].lasts, Duration::ZERO, "no lease");
+        assert!(grants.ack_needed && !grants.grace);
+        assert!(grants.short(), "the second tenant is owed 400 and holds 0");
+    }
+
+    #[test]
+    fn a_malformed_answer_is_an_error() {
+        for (fields, tenants) in [(&["1000", "0"][..], 1), (&["x", "0", "1", "2", "0", "0", "1"][..], 1)] {
+            assert!(parse_report(&reply(fields), tenants).is_err(), "{fields:?}");
+        }
+    }
+
+    #[test]
+    fn in_grace_nobody_is_short() {
+        let grants = parse_report(&reply(&["0", "1", "0", "0", "0", "0", "500"]), 1).unwrap();
+        assert!(grants.grace && !grants.short());
+    }
+}

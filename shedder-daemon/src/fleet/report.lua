@@ -1,0 +1,130 @@
+-- One host's report for all its tenants, and its share of each tenant's
+-- global quota back, in one atomic step.
+--
+-- KEYS[1]            the fleet's birth time (ms, Redis TIME): absent means
+--                    the state is new or was lost, and leases that hosts
+--                    still hold from before are unknown here
+-- KEYS[2i], KEYS[2i+1]  tenant i's leases (hash: host -> JSON) and counts
+--                    (hash: total, admitted:HOST, base:HOST = "EPOCH CUM")
+-- ARGV: host, lease_ms, epoch, seq, then per tenant:
+--       quota, demand, admitted (cumulative in this epoch), held, held_ms
+--       (the share the host applies from a lease now, and for how much
+--       longer by its own clock: only read while the fleet is in grace)
+-- Returns strings: now_ms, grace (0/1), then per tenant:
+--       share, expiry_ms, ack (1: the host must confirm it applied the
+--       share, which is lower than what it held), total admitted, and the
+--       fair share the host is owed (more than its share while others have
+--       yet to shrink).
+local host, lease_ms, epoch, seq = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+local born = tonumber(redis.call('GET', KEYS[1]))
+if not born then
+  born = now
+  redis.call('SET', KEYS[1], tostring(now))
+end
+-- Until every lease granted before the state was lost has expired, nobody
+-- grows: hosts renew at most what they say they hold.
+local grace = now < born + lease_ms
+
+-- Max-min fair level: every demand below it is met, the rest get the level.
+local function fair_share(demands, mine, quota)
+  local n, sum = #demands, 0
+  for _, d in ipairs(demands) do sum = sum + d end
+  if sum <= quota then
+    -- Room for everyone: the spare is split evenly, so that small rises
+    -- are served before the next report.
+    return mine + (quota - sum) / n
+  end
+  local sorted = {}
+  for i, d in ipairs(demands) do sorted[i] = d end
+  table.sort(sorted)
+  local remaining = quota
+  for k, d in ipairs(sorted) do
+    local level = remaining / (n - k + 1)
+    if d > level then return math.min(mine, level) end
+    remaining = remaining - d
+  end
+  return mine
+end
+
+-- What a lease record commits: its share, or an earlier larger share the
+-- host has not yet confirmed it gave up, while unexpired.
+local function committed(r)
+  local c = 0
+  if r.e > now then c = r.s end
+  if r.ps and r.pe > now and r.ps > c then c = r.ps end
+  return c
+end
+
+local out = {tostring(now), grace and '1' or '0'}
+local n = (#KEYS - 1) / 2
+for i = 1, n do
+  local lease_key, count_key = KEYS[2 * i], KEYS[2 * i + 1]
+  local a = 4 + (i - 1) * 5
+  local quota, demand, cum = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
+  local held, held_ms = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+
+  local records = redis.call('HGETALL', lease_key)
+  local demands, others, mine = {demand}, 0, nil
+  for j = 1, #records, 2 do
+    local h, r = records[j], cjson.decode(records[j + 1])
+    if h == host then
+      mine = r
+    elseif r.e > now or (r.t or 0) > now - lease_ms then
+      -- A host that reported within a lease is in the fleet, with or
+      -- without a lease (in grace it holds none): its demand counts.
+      demands[#demands + 1] = r.d
+      others = others + committed(r)
+    else
+      -- Gone: its share is free; its counts stay in count_key.
+      redis.call('HDEL', lease_key, h)
+    end
+  end
+  if not mine and grace and held > 0 then
+    -- A lease from before the state was lost: known again from the host.
+    mine = {s = held, e = now + held_ms, d = demand, q = '', t = now}
+  end
+  local holds = mine and committed(mine) or 0
+
+  local fair = fair_share(demands, demand, quota)
+  local share = math.min(fair, quota - others)
+  if grace then share = math.min(share, holds) end
+  if share < 0 then share = 0 end
+  local expiry = now + lease_ms
+  if grace and share <= 0 then expiry = now end
+
+  local r = {s = share, e = expiry, d = demand, q = seq, t = now}
+  local ack = '0'
+  if share < holds then
+    -- Until the host confirms it applied the smaller share, the larger one
+    -- stays committed (for as long as it could still be in use).
+    r.ps, r.pe, ack = holds, math.max(mine.e, mine.pe or 0), '1'
+  end
+  redis.call('HSET', lease_key, host, cjson.encode(r))
+
+  -- Admitted counts: cumulative per counter epoch, so a repeated or late
+  -- report adds nothing twice, and a new epoch starts from zero.
+  local base = redis.call('HGET', count_key, 'base:' .. host)
+  local delta = cum
+  if base then
+    local base_epoch, base_cum = string.match(base, '^(%S+) (%d+)$')
+    if base_epoch == epoch then delta = cum - tonumber(base_cum) end
+  end
+  if delta > 0 then
+    redis.call('HINCRBY', count_key, 'total', string.format('%d', delta))
+    redis.call('HINCRBY', count_key, 'admitted:' .. host, string.format('%d', delta))
+    redis.call('HSET', count_key, 'base:' .. host, epoch .. ' ' .. string.format('%d', cum))
+  elseif not base then
+    redis.call('HSET', count_key, 'base:' .. host, epoch .. ' 0')
+  end
+  local total = redis.call('HGET', count_key, 'total') or '0'
+
+  out[#out + 1] = string.format('%.6f', share)
+  out[#out + 1] = string.format('%d', expiry)
+  out[#out + 1] = ack
+  out[#out + 1] = total
+  out[#out + 1] = string.format('%.6f', fair)
+end
+return out
