@@ -71,6 +71,22 @@ fn every_op_with_good_and_bad_input_on_one_connection() {
     c.err(json!({"op": "set_class", "class": "web", "action": "mark"}), "invalid_config");
     c.ok(json!({"op": "set_class", "class": "web", "action": "mark", "mark_dscp": 12}));
     c.ok(json!({"op": "set_class", "class": "web", "action": "reject", "mark_dscp": null}));
+    // Every field a class has in the config can be set live, and cleared.
+    // (An adaptive class's rate is the controller's: cleared with it.)
+    c.ok(json!({"op": "set_class", "class": "web", "rate": null, "deadline_ms": 1000, "tier": "critical", "weight": 2,
+        "adaptive": {"min_rate": 1, "max_rate": 200}, "prior": {"service_p50_ms": 120, "service_p95_ms": 400}}));
+    let web = c.ok(json!({"op": "get_config"}))["config"]["class"][0].clone();
+    assert_eq!(
+        (&web["tier"], &web["weight"], &web["adaptive"]["max_rate"], &web["prior"]["service_p95_ms"]),
+        (&json!("critical"), &json!(2.0), &json!(200.0), &json!(400.0)),
+        "{web}"
+    );
+    assert_eq!(class(&c.ok(json!({"op": "status"})), "web")["controlled"], json!(true));
+    c.err(json!({"op": "set_class", "class": "web", "tier": "gold"}), "bad_request");
+    c.err(json!({"op": "set_class", "class": "web", "weight": -1}), "invalid_config");
+    c.ok(json!({"op": "set_class", "class": "web", "rate": 50, "deadline_ms": null, "tier": null, "weight": null,
+        "adaptive": null, "prior": null}));
+    assert_eq!(class(&c.ok(json!({"op": "status"})), "web")["controlled"], json!(false));
 
     // set_mode: global, per class, bad values.
     c.ok(json!({"op": "set_mode", "mode": "enforce", "class": "batch"}));

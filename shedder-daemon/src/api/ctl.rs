@@ -70,6 +70,19 @@ pub enum CtlOp {
         safety_ms: Option<f64>,
         #[arg(long)]
         opportunistic: Option<bool>,
+        /// critical | standard | sheddable | default
+        #[arg(long, value_parser = parse_tier)]
+        tier: Option<Value>,
+        /// Share of its tier's capacity, relative to the tier's other classes.
+        #[arg(long, value_parser = parse_amount)]
+        weight: Option<f64>,
+        /// Let the controller set the budget between MIN and MAX jobs/s
+        /// (MIN:MAX), or `none` to go back to the static rate.
+        #[arg(long, value_parser = parse_adaptive)]
+        adaptive: Option<Value>,
+        /// The class's prior, as JSON: {"service_p50_ms": 120, "service_p95_ms": 400}, or null.
+        #[arg(long, value_parser = |s: &str| parse_json("--prior", s))]
+        prior: Option<Value>,
     },
     /// Change some fields of one tenant, or add a tenant (which then needs
     /// --cidrs, --rate and --burst).
@@ -189,6 +202,23 @@ fn parse_action(s: &str) -> Result<ActionName, String> {
     serde_json::from_value(json!(s)).map_err(|_| format!("{s:?}: drop, reject or mark"))
 }
 
+fn parse_tier(s: &str) -> Result<Value, String> {
+    match s {
+        "default" => Ok(Value::Null),
+        "critical" | "standard" | "sheddable" => Ok(json!(s)),
+        _ => Err(format!("{s:?}: critical, standard, sheddable or default")),
+    }
+}
+
+/// `MIN:MAX` as the adaptive budget's bounds, `none` as null.
+fn parse_adaptive(s: &str) -> Result<Value, String> {
+    if s == "none" {
+        return Ok(Value::Null);
+    }
+    let (min, max) = s.split_once(':').ok_or_else(|| format!("{s:?}: MIN:MAX (jobs/s) or none"))?;
+    Ok(json!({"min_rate": parse_amount(min)?, "max_rate": parse_amount(max)?}))
+}
+
 fn parse_json(what: &str, text: &str) -> Result<Value, String> {
     serde_json::from_str(text).map_err(|e| format!("{what}: not valid JSON: {e}"))
 }
@@ -209,6 +239,10 @@ pub fn request(op: &CtlOp) -> Result<Value, String> {
             deadline_ms,
             safety_ms,
             opportunistic,
+            tier,
+            weight,
+            adaptive,
+            prior,
         } => {
             let mut r = json!({"op": "set_class", "class": class});
             let mut set = |k: &str, v: Value| {
@@ -240,6 +274,16 @@ pub fn request(op: &CtlOp) -> Result<Value, String> {
             }
             if let Some(v) = opportunistic {
                 set("opportunistic", json!(v));
+            }
+            for (key, value) in [
+                ("tier", tier.clone()),
+                ("weight", weight.map(|v| json!(v))),
+                ("adaptive", adaptive.clone()),
+                ("prior", prior.clone()),
+            ] {
+                if let Some(v) = value {
+                    set(key, v);
+                }
             }
             r
         }
@@ -551,6 +595,36 @@ fn status_table(a: &Value) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn set_class_can_set_tier_weight_adaptive_and_prior() {
+        assert_eq!(parse_tier("critical"), Ok(json!("critical")));
+        assert_eq!(parse_tier("default"), Ok(Value::Null), "back to the default tier");
+        assert!(parse_tier("gold").unwrap_err().contains("critical, standard, sheddable or default"));
+        assert_eq!(parse_adaptive("5:200"), Ok(json!({"min_rate": 5.0, "max_rate": 200.0})));
+        assert_eq!(parse_adaptive("none"), Ok(Value::Null));
+        assert!(parse_adaptive("200").unwrap_err().contains("MIN:MAX"));
+        assert!(parse_adaptive("5:-1").unwrap_err().contains("negative"));
+        let op = CtlOp::SetClass {
+            class: "batch".into(),
+            rate: None,
+            burst: None,
+            cost: None,
+            action: None,
+            mark_dscp: None,
+            mode: None,
+            deadline_ms: None,
+            safety_ms: None,
+            opportunistic: None,
+            tier: Some(json!("sheddable")),
+            weight: Some(2.0),
+            adaptive: Some(json!({"min_rate": 0.0, "max_rate": 50.0})),
+            prior: Some(Value::Null),
+        };
+        let want = json!({"op": "set_class", "class": "batch", "tier": "sheddable", "weight": 2.0,
+            "adaptive": {"min_rate": 0.0, "max_rate": 50.0}, "prior": null});
+        assert_eq!(request(&op).unwrap(), want);
+    }
 
     #[test]
     fn set_tenant_sends_only_the_fields_given() {

@@ -130,11 +130,20 @@ pub fn set_class(config: &Config, patch: &SetClass) -> Result<Config, ApiError> 
     if let Some(safety) = patch.safety_ms {
         class.safety_ms = safety;
     }
+    if let Some(tier) = patch.tier {
+        class.tier = tier;
+    }
+    if let Some(weight) = patch.weight {
+        class.weight = weight;
+    }
     if let Some(adaptive) = &patch.adaptive {
         class.adaptive = adaptive.clone();
     }
     if let Some(opportunistic) = patch.opportunistic {
         class.opportunistic = opportunistic;
+    }
+    if let Some(prior) = &patch.prior {
+        class.prior = prior.clone();
     }
     Ok(config)
 }

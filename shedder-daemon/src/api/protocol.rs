@@ -9,6 +9,8 @@ use serde_json::{Map, Value, json};
 use crate::{
     admit::AdmitPolicy,
     config::{ActionName, AdaptiveSpec, ModeName, RuleSpec},
+    control::Tier,
+    estimate::ClassPrior,
     telemetry::samples::JobSample,
 };
 
@@ -176,7 +178,7 @@ fn patch<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<
 
 /// A partial update of one class. Fields left out keep their value; the
 /// optional ones (`rate`, `mark_dscp`, `mode`, `deadline_ms`, `safety_ms`,
-/// `adaptive`) are cleared by `null`.
+/// `tier`, `weight`, `adaptive`, `prior`) are cleared by `null`.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SetClass {
@@ -195,8 +197,14 @@ pub struct SetClass {
     #[serde(default, deserialize_with = "patch")]
     pub safety_ms: Option<Option<f64>>,
     #[serde(default, deserialize_with = "patch")]
+    pub tier: Option<Option<Tier>>,
+    #[serde(default, deserialize_with = "patch")]
+    pub weight: Option<Option<f64>>,
+    #[serde(default, deserialize_with = "patch")]
     pub adaptive: Option<Option<AdaptiveSpec>>,
     pub opportunistic: Option<bool>,
+    #[serde(default, deserialize_with = "patch")]
+    pub prior: Option<Option<ClassPrior>>,
 }
 
 /// A partial update of one tenant; fields left out keep their value. A
