@@ -134,9 +134,17 @@ impl Drop for Bed {
 /// `shedder run` on `dir`'s config and socket in `ns`; returns once its socket answers.
 fn spawn_daemon(ns: &str, dir: &Path) -> std::process::Child {
     let socket = dir.join("control.sock");
-    // A stale socket from a daemon that died: replaced at start.
+    // A stale socket from a daemon that died: replaced at start. Bound but
+    // never listening: a listener, even one dropped at once, could be
+    // inherited for a moment by a daemon another test thread forks, and a
+    // connect to it would pass for this daemon's socket being up.
     let _ = std::fs::remove_file(&socket);
-    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    {
+        use nix::sys::socket::{self as sock, AddressFamily, SockFlag, SockType, UnixAddr};
+        use std::os::fd::AsRawFd;
+        let stale = sock::socket(AddressFamily::Unix, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).unwrap();
+        sock::bind(stale.as_raw_fd(), &UnixAddr::new(&socket).unwrap()).unwrap();
+    }
     let child = Command::new("ip")
         .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_shedder"), "run", "--iface", "veth-in"])
         .args(["--report-every", "60", "--no-pin", "--socket-group", "nogroup", "--config"])
