@@ -53,7 +53,8 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let mut tally = Tally::default();
     // No --workspace: the default members are everything that builds for the
     // host; the eBPF crate is built (and its object tested) through the daemon.
-    let status = cmd::run_teed(cmd::cargo().arg("test").args(args), |line| tally.add_line(line))?;
+    // --no-fail-fast: one failing binary must not hide the others' results.
+    let status = cmd::run_teed(cmd::cargo().args(["test", "--no-fail-fast"]).args(args), |line| tally.add_line(line))?;
 
     println!();
     println!(
