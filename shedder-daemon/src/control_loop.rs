@@ -219,12 +219,10 @@ impl ControlLoop {
         );
         let weights: Vec<f64> = loads.iter().map(|t| t.weight).collect();
         let demand: Vec<Option<f64>> = loads.iter().map(|t| t.offered).collect();
-        let rates = lend(&shares, &weights, &demand);
+        let borrows: Vec<bool> = loads.iter().map(|t| self.shares.may_borrow(&t.name)).collect();
+        let rates = lend(&shares, &weights, &demand, &borrows);
         let mut changed = false;
-        for (slot, mut rate) in rates.into_iter().enumerate() {
-            if !self.shares.may_borrow(&loads[slot].name) {
-                rate = rate.min(shares[slot]);
-            }
+        for (slot, rate) in rates.into_iter().enumerate() {
             let old = self.plan.tenants[slot];
             let new = BucketParams::new(to_milli(rate), old.burst_milli, old.cost_milli);
             changed |= new != old;

@@ -68,10 +68,13 @@ pub const KEPT_FLOOR: f64 = 0.125;
 /// at least [`KEPT_FLOOR`] of the share). What the others leave goes to
 /// tenants whose demand exceeds what they keep, by weight, each up to its
 /// demand (water-filling: what a capped tenant does not take is filled into
-/// the others); a tenant whose share is 0 is closed and borrows nothing. What nobody takes goes back to the tenants that left it, in
-/// proportion. Without a measurement, every tenant gets its share. The rates
-/// add up to the shares' sum.
-pub fn lend(shares: &[f64], weights: &[f64], demand: &[Option<f64>]) -> Vec<f64> {
+/// the others); a tenant whose share is 0 is closed and borrows nothing, and
+/// one that may not borrow (`may_borrow`: its share is its part of a
+/// fleet-wide quota) never gets more than its share, so what it would have
+/// taken goes to the others. What nobody takes goes back to the tenants that
+/// left it, in proportion. Without a measurement, every tenant gets its
+/// share. The rates add up to the shares' sum.
+pub fn lend(shares: &[f64], weights: &[f64], demand: &[Option<f64>], may_borrow: &[bool]) -> Vec<f64> {
     let n = shares.len();
     let Some(demand) = demand.iter().copied().collect::<Option<Vec<f64>>>() else {
         return shares.to_vec();
@@ -82,7 +85,8 @@ pub fn lend(shares: &[f64], weights: &[f64], demand: &[Option<f64>]) -> Vec<f64>
     // Water-filling: at most n rounds, as each round either spends the spare
     // or caps at least one tenant at its demand.
     // A tenant with no share of its own is closed: nothing is lent to it.
-    let mut hungry: Vec<usize> = (0..n).filter(|i| shares[*i] > 0.0 && demand[*i] > rates[*i]).collect();
+    let mut hungry: Vec<usize> =
+        (0..n).filter(|i| shares[*i] > 0.0 && may_borrow[*i] && demand[*i] > rates[*i]).collect();
     for _ in 0..n {
         let weight: f64 = hungry.iter().map(|i| weights[*i]).sum();
         if hungry.is_empty() || spare <= 0.0 || weight <= 0.0 {
@@ -137,7 +141,7 @@ mod tests {
         ];
         for (shares, weights, demand, want) in table {
             let demand: Vec<_> = demand.iter().map(|d| Some(*d)).collect();
-            let rates = lend(shares, weights, &demand);
+            let rates = lend(shares, weights, &demand, &vec![true; shares.len()]);
             assert!(close(&rates, want), "{shares:?} {weights:?} {demand:?}: {rates:?}, want {want:?}");
             let (sum, cap): (f64, f64) = (rates.iter().sum(), shares.iter().sum());
             assert!(sum <= cap + 1e-9, "{rates:?} adds up to more than {cap}");
@@ -146,6 +150,15 @@ mod tests {
 
     #[test]
     fn without_a_measurement_every_tenant_gets_its_share() {
-        assert_eq!(lend(&[10.0, 20.0], &[1.0, 1.0], &[Some(1.0), None]), [10.0, 20.0]);
+        assert_eq!(lend(&[10.0, 20.0], &[1.0, 1.0], &[Some(1.0), None], &[true, true]), [10.0, 20.0]);
+    }
+
+    #[test]
+    fn a_tenant_that_may_not_borrow_keeps_its_share_and_the_spare_goes_to_the_others() {
+        // The first two flood; the first may not borrow (a fleet tenant), so
+        // the quiet third's spare (87.5) all goes to the second.
+        let demand = [Some(1000.0), Some(1000.0), Some(0.0)];
+        let rates = lend(&[100.0, 100.0, 100.0], &[1.0, 1.0, 1.0], &demand, &[false, true, true]);
+        assert!(close(&rates, &[100.0, 187.5, 12.5]), "{rates:?}");
     }
 }
