@@ -342,7 +342,23 @@ pub struct Plan {
     pub tenant_v6: BTreeMap<(u32, [u8; 16]), RuleTarget>,
 }
 
+/// A validated config, compiled once: what the maps hold, the control
+/// plane's state, and the fleet's settings. Everything the daemon runs on is
+/// derived here, so no caller can validate one part and forget another.
+pub struct Compiled {
+    pub plan: Plan,
+    pub control: ControlSetup,
+    /// `None` without `[fleet]`.
+    pub fleet: Option<FleetSettings>,
+}
+
 impl Config {
+    /// Validates the whole config and compiles it. An error names the first
+    /// field that is wrong.
+    pub fn compile(&self) -> Result<Compiled, ConfigError> {
+        Ok(Compiled { plan: self.plan()?, control: self.control()?, fleet: self.fleet()? })
+    }
+
     /// Parses TOML; syntax and type errors carry toml's line and column.
     pub fn parse(text: &str) -> anyhow::Result<Self> {
         toml::from_str(text).map_err(|e| anyhow::anyhow!("invalid config: {e}"))
@@ -358,8 +374,8 @@ impl Config {
         Self::parse(EMBEDDED_DEFAULT).expect("the embedded default config parses")
     }
 
-    /// Validates the whole file and compiles it into map contents.
-    pub fn plan(&self) -> Result<Plan, ConfigError> {
+    /// Validates the classes, rules and tenants into map contents.
+    fn plan(&self) -> Result<Plan, ConfigError> {
         let mut plan = Plan::default();
         if self.classes.is_empty() {
             return fail("class", "at least one class is required");
@@ -400,7 +416,7 @@ impl Config {
 impl Config {
     /// Validates the control-plane part and builds its state. Classes with
     /// a `deadline_ms` are controlled; the others keep their rate.
-    pub fn control(&self) -> Result<ControlSetup, ConfigError> {
+    fn control(&self) -> Result<ControlSetup, ConfigError> {
         let mut policies = BTreeMap::new();
         let mut priors = BTreeMap::new();
         for (i, class) in self.classes.iter().enumerate() {
@@ -480,7 +496,7 @@ impl Config {
 impl Config {
     /// Validates `[fleet]` (reading its password and CA files); `None`
     /// without one.
-    pub fn fleet(&self) -> Result<Option<FleetSettings>, ConfigError> {
+    fn fleet(&self) -> Result<Option<FleetSettings>, ConfigError> {
         let Some(spec) = &self.fleet else { return Ok(None) };
         for name in spec.quota.keys() {
             if !self.tenants.iter().any(|t| t.name == *name) {

@@ -5,7 +5,7 @@
 //! Nothing here reads a clock either: [`ControlLoop::tick`] takes `now` (for
 //! the estimators and the law) and the heartbeat value (CLOCK_MONOTONIC ns,
 //! for the fast path), so a test can drive simulated time against a real
-//! datapath.
+//! datapath or the in-memory fast path.
 
 use std::{
     collections::{BTreeMap, VecDeque},
@@ -20,8 +20,8 @@ use crate::{
     admit::ledger::AdmissionLedger,
     config::{ControlSetup, Plan, to_milli},
     control::{Controller, Decision, DecisionLog, TickInputs},
-    datapath::Datapath,
     estimate::Estimators,
+    fastpath::Fastpath,
     metrics::Distributions,
     telemetry::{ClassObservations, Observation, gpu::GpuSource, samples::SampleInbox},
     tenant::share::{ConfiguredShares, TenantLoad, TenantPolicy, TenantShares, lend},
@@ -33,7 +33,7 @@ const RATE_HORIZON: Duration = Duration::from_secs(1);
 const DECISIONS_KEPT: usize = 1024;
 
 pub struct ControlLoop {
-    datapath: Datapath,
+    fastpath: Box<dyn Fastpath>,
     /// The operator's plan with the controller's current rates written in.
     plan: Plan,
     estimators: Estimators,
@@ -54,11 +54,11 @@ pub struct ControlLoop {
 }
 
 impl ControlLoop {
-    /// Takes over a datapath that already holds `plan`.
-    pub fn new(datapath: Datapath, plan: Plan, setup: ControlSetup, gpu: Box<dyn GpuSource>) -> Self {
+    /// Takes over a fast path that already holds `plan`.
+    pub fn new(fastpath: Box<dyn Fastpath>, plan: Plan, setup: ControlSetup, gpu: Box<dyn GpuSource>) -> Self {
         let inbox = Arc::new(SampleInbox::with_classes(plan.class_names.iter().cloned()));
         Self {
-            datapath,
+            fastpath,
             plan,
             estimators: setup.estimators,
             controller: setup.controller,
@@ -79,9 +79,8 @@ impl ControlLoop {
     }
 
     /// Takes each tenant's share from `shares` instead of its configured rate.
-    pub fn with_tenant_shares(mut self, shares: Box<dyn TenantShares>) -> Self {
+    pub fn set_tenant_shares(&mut self, shares: Box<dyn TenantShares>) {
         self.shares = shares;
-        self
     }
 
     /// Where pushed job samples go (the control socket, tests).
@@ -89,8 +88,8 @@ impl ControlLoop {
         self.inbox.clone()
     }
 
-    pub fn datapath(&self) -> &Datapath {
-        &self.datapath
+    pub fn fastpath(&self) -> &dyn Fastpath {
+        self.fastpath.as_ref()
     }
 
     pub fn controller(&self) -> &Controller {
@@ -115,9 +114,8 @@ impl ControlLoop {
         &self.distributions
     }
 
-    /// Switches to a new configuration, which [`crate::config::Config::plan`]
-    /// and [`crate::config::Config::control`] have validated (so the
-    /// reconfigurations below cannot refuse it): the estimators and the
+    /// Switches to a new configuration, which [`crate::config::Config::compile`]
+    /// has validated (so the reconfigurations below cannot refuse it): the estimators and the
     /// controller are reconfigured in place, so classes that stay keep what
     /// they learnt, and the maps take the new plan.
     pub fn reconfigure(&mut self, plan: Plan, setup: ControlSetup) -> anyhow::Result<()> {
@@ -161,7 +159,7 @@ impl ControlLoop {
             warn!("reading GPU telemetry: {e:#}");
             Vec::new()
         });
-        let snapshots = self.datapath.class_snapshots()?;
+        let snapshots = self.fastpath.class_snapshots()?;
         // Marked connections were admitted too (degraded, but they take a worker).
         let admitted_now = snapshots.iter().map(|s| (s.name.clone(), s.counters.admitted + s.counters.marked));
         let admitted = self.admitted.update(now, admitted_now.collect());
@@ -181,7 +179,7 @@ impl ControlLoop {
             decision.emit();
         }
         self.decisions.extend(decisions.iter().cloned());
-        self.datapath.write_heartbeat(heartbeat_ns)?;
+        self.fastpath.write_heartbeat(heartbeat_ns)?;
         Ok(decisions)
     }
 
@@ -191,7 +189,7 @@ impl ControlLoop {
         if self.tenants.is_empty() {
             return Ok(false);
         }
-        let snapshots = self.datapath.tenant_snapshots()?;
+        let snapshots = self.fastpath.tenant_snapshots()?;
         let count = |f: fn(&shedder_common::maps::TenantCounters) -> u64| {
             snapshots.iter().map(|s| (s.name.clone(), f(&s.counters))).collect()
         };
@@ -249,7 +247,7 @@ impl ControlLoop {
             let old = class.bucket;
             class.bucket = BucketParams::new(to_milli(rate), old.burst_milli, old.cost_milli);
         }
-        self.datapath.apply(&self.plan)
+        self.fastpath.apply(&self.plan)
     }
 }
 

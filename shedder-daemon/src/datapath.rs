@@ -2,10 +2,9 @@
 //! from a [`Plan`], and read its counters back.
 
 mod inherit;
-mod slots;
 mod xdp_query;
 
-use std::{collections::BTreeMap, fmt, path::Path};
+use std::{collections::BTreeMap, path::Path};
 
 use anyhow::{Context as _, anyhow, bail};
 use aya::{
@@ -31,74 +30,16 @@ use tracing::{info, warn};
 use crate::{
     clock::{coarse_tick_ns, monotonic_ns},
     config::Plan,
+    fastpath::{
+        AttachKind, Attachment, ClassSnapshot, Fastpath, Snapshot, TenantSnapshot,
+        slots::{Placement, SlotOwners, SlotWrite, left_slots, slot_writes},
+    },
     lock::ExclusiveLock,
     pin::{PINNED_MAPS, PinDir},
 };
-use slots::SlotOwners;
 
 /// The object built from `shedder-ebpf` by this crate's build script.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/shedder"));
-
-/// Which hook the user asked for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum AttachKind {
-    /// XDP, native where the driver supports it, else generic.
-    Xdp,
-    /// TC ingress (TCX on kernels >= 6.6, else clsact), for drivers without good XDP.
-    Tc,
-}
-
-/// Which hook the program actually runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Attachment {
-    XdpNative,
-    XdpGeneric,
-    Tcx,
-    TcClsact,
-}
-
-impl Attachment {
-    pub fn kind(self) -> AttachKind {
-        match self {
-            Self::XdpNative | Self::XdpGeneric => AttachKind::Xdp,
-            Self::Tcx | Self::TcClsact => AttachKind::Tc,
-        }
-    }
-}
-
-impl AttachKind {
-    /// As the command line spells it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Self::Xdp => "xdp",
-            Self::Tc => "tc",
-        }
-    }
-}
-
-impl fmt::Display for Attachment {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::XdpNative => "xdp (native)",
-            Self::XdpGeneric => "xdp (generic)",
-            Self::Tcx => "tc ingress (tcx)",
-            Self::TcClsact => "tc ingress (clsact)",
-        })
-    }
-}
-
-/// A class's (or tenant's) counters and bucket, as read back from the maps.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Snapshot<K> {
-    pub name: String,
-    pub counters: K,
-    /// Milli-tokens left in the bucket right now.
-    pub available_milli: u64,
-    pub bucket: BucketParams,
-}
-
-pub type ClassSnapshot = Snapshot<ClassCounters>;
-pub type TenantSnapshot = Snapshot<TenantCounters>;
 
 /// Per-CPU counters that add up.
 trait Counts: Pod + Default {
@@ -121,31 +62,12 @@ impl Counts for TenantCounters {
 /// is not pinned.
 pub struct Datapath {
     ebpf: Ebpf,
-    /// What the maps hold now; `None` until the first [`Datapath::apply`].
-    applied: Option<Applied>,
+    /// What the maps hold now; `None` until the first [`Fastpath::apply`].
+    applied: Option<Placement>,
     pinning: Option<Pinning>,
     /// How far the coarse clock lags: buckets whose refill over it is small
     /// against their burst are read with it.
     coarse_tick_ns: u64,
-}
-
-/// The last plan applied, and where its classes and tenants went.
-struct Applied {
-    /// As given, classes and tenants in the config's order.
-    plan: Plan,
-    /// The slot of each of its classes.
-    slot_of: Vec<u32>,
-    /// The slot of each of its tenants.
-    tenant_slot_of: Vec<u32>,
-    placed: Owned,
-}
-
-/// A plan as the maps hold it (classes and tenants at their slots, rules
-/// pointing at slots), and who owns each slot.
-struct Owned {
-    plan: Plan,
-    owners: SlotOwners,
-    tenant_owners: SlotOwners,
 }
 
 /// The maps that hold one kind of slot's owners: classes, or tenants.
@@ -317,18 +239,6 @@ impl Datapath {
         attachment
     }
 
-    /// Whether this datapath's program is the one on `iface` as `attachment`:
-    /// `None` where that cannot be asked (TC, once the capabilities to query
-    /// it are dropped).
-    pub fn program_attached_to(&self, iface: &str, attachment: Attachment) -> Option<bool> {
-        if attachment.kind() != AttachKind::Xdp {
-            return None;
-        }
-        let ours = self.xdp().info().ok()?.id();
-        let ifindex = nix::net::if_::if_nametoindex(iface).ok()?;
-        Some(xdp_query::attached_program(ifindex).ok()? == Some(ours))
-    }
-
     /// The pin directory, when the program stays attached after the daemon exits.
     pub fn pinned_link_dir(&self) -> Option<&Path> {
         self.pinning.as_ref().filter(|p| p.link_pinned).map(|p| p.dir.path())
@@ -430,65 +340,33 @@ impl Datapath {
         Ok(())
     }
 
-    /// Makes the maps hold `plan`, writing only what differs from the last
-    /// plan applied. A class keeps its slot, bucket and counters for as long
-    /// as it is configured, wherever the file puts it; a budget change keeps
-    /// the tokens it has spent, rescaled to the new rate.
-    ///
-    /// The writes are ordered so that, at every moment between two, each rule
-    /// points at a slot that holds the class it names in the old plan or in
-    /// the new one: a new class's slot is written before any rule points at
-    /// it, and a leaving class's slot is cleared only once no rule does.
     /// After taking pinned maps over, the first apply starts from what they hold.
-    pub fn apply(&mut self, plan: &Plan) -> anyhow::Result<()> {
+    fn apply_plan(&mut self, plan: &Plan) -> anyhow::Result<()> {
         let applied = self.applied.take();
-        let start = match &applied {
-            Some(_) => None,
+        let first = applied.is_none();
+        let previous = match applied {
+            Some(applied) => applied,
             None if self.pinning.as_ref().is_some_and(|p| p.taken_over) => {
-                Some(inherit::pinned_contents(&self.ebpf).context("reading the pinned maps back")?)
+                inherit::pinned_contents(&self.ebpf).context("reading the pinned maps back")?
             }
-            None => Some(Owned {
-                plan: Plan::default(),
-                owners: SlotOwners::default(),
-                tenant_owners: SlotOwners::no_tenants(),
-            }),
+            None => Placement::empty(),
         };
-        let previous = match (&applied, &start) {
-            (Some(applied), _) => &applied.placed,
-            (None, Some(start)) => start,
-            (None, None) => unreachable!("start is read when nothing was applied"),
-        };
-        let layout = previous.owners.layout(&plan.class_names);
-        let tenant_layout = previous.tenant_owners.layout(&plan.tenant_names);
-        if !layout.reused.is_empty() || !tenant_layout.reused.is_empty() {
-            warn!(
-                slots = ?layout.reused,
-                tenant_slots = ?tenant_layout.reused,
-                "this change adds and removes more classes (or tenants) than there are free slots: new ones take \
-                 the slots of leaving ones, so until the rules are rewritten a connection may be counted in the \
-                 wrong one. Remove them in one change and add them in the next to avoid it"
-            );
-        }
-        let placed = Owned {
-            plan: slots::place(plan, &layout.slot_of, &tenant_layout.slot_of, self.coarse_tick_ns),
-            owners: layout.owners,
-            tenant_owners: tenant_layout.owners,
-        };
-        let written = self.write_plan(applied.is_none(), previous, &placed);
+        let next = previous.next(plan, self.coarse_tick_ns);
+        let written = self.write_plan(first, &previous, &next);
         // A failed write keeps what was applied before as the base to diff from.
-        self.applied = match written {
-            Ok(()) => Some(Applied {
-                plan: plan.clone(),
-                slot_of: layout.slot_of,
-                tenant_slot_of: tenant_layout.slot_of,
-                placed,
-            }),
-            Err(_) => applied,
+        self.applied = match (&written, first) {
+            (Ok(()), _) => Some(next),
+            (Err(_), false) => Some(previous),
+            (Err(_), true) => None,
         };
         written
     }
 
-    fn write_plan(&mut self, first: bool, previous: &Owned, plan: &Owned) -> anyhow::Result<()> {
+    /// The writes are ordered so that, at every moment between two, each rule
+    /// points at a slot that holds the class it names in the old plan or in
+    /// the new one: a new class's slot is written before any rule points at
+    /// it, and a leaving class's slot is cleared only once no rule does.
+    fn write_plan(&mut self, first: bool, previous: &Placement, plan: &Placement) -> anyhow::Result<()> {
         let (old, new) = (&previous.plan, &plan.plan);
         self.write_slots::<ClassConfig, ClassCounters>(
             &CLASS_MAPS,
@@ -528,33 +406,18 @@ impl Datapath {
         (plan, owners): (&[C], &SlotOwners),
         bucket_of: fn(&C) -> &BucketParams,
     ) -> anyhow::Result<()> {
-        // One new to its slot starts afresh (full bucket, zero counters)
-        // instead of inheriting what the one that left it had.
-        let changed: Vec<(u32, C, Option<&C>)> = (0..owners.slots())
-            .filter(|slot| owners.get(*slot) != 0)
-            .filter_map(|slot| {
-                let new = plan[slot as usize];
-                let old = previous.get(slot as usize).filter(|_| old_owners.get(slot) == owners.get(slot));
-                (old != Some(&new)).then_some((slot, new, old))
-            })
-            .collect();
-        // New bucket states first: a slot's new owner starts full (TAT 0);
-        // one whose budget changed keeps what it spent, rescaled.
+        let changed = slot_writes((previous, old_owners), (plan, owners));
         let now = monotonic_ns();
         let mut tats = Vec::new();
         {
             let buckets: Array<_, u64> = Array::try_from(map(&self.ebpf, maps.buckets)?)?;
-            for (slot, new, old) in &changed {
-                match old {
-                    None => tats.push((*slot, 0)),
-                    Some(old) if bucket_of(old) != bucket_of(new) => {
-                        tats.push((*slot, bucket::rescale(buckets.get(slot, 0)?, now, bucket_of(old), bucket_of(new))))
-                    }
-                    Some(_) => {}
+            for write in &changed {
+                if let Some(tat) = write.new_tat(buckets.get(&write.slot, 0)?, now, bucket_of) {
+                    tats.push((write.slot, tat));
                 }
             }
         }
-        let fresh: Vec<u32> = changed.iter().filter(|(_, _, old)| old.is_none()).map(|(slot, ..)| *slot).collect();
+        let fresh: Vec<u32> = changed.iter().filter(|write| write.is_fresh()).map(|write| write.slot).collect();
         if !fresh.is_empty() {
             let mut counters: PerCpuArray<_, K> = PerCpuArray::try_from(map_mut(&mut self.ebpf, maps.counters)?)?;
             let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow!("{what}: {e}"))?;
@@ -567,7 +430,7 @@ impl Datapath {
             buckets.set(slot, tat, 0)?;
         }
         let mut configs: Array<_, C> = Array::try_from(map_mut(&mut self.ebpf, maps.configs)?)?;
-        for (slot, new, _) in &changed {
+        for SlotWrite { slot, new, .. } in &changed {
             configs.set(*slot, *new, 0)?;
         }
         let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.ids)?)?;
@@ -584,7 +447,7 @@ impl Datapath {
         old_owners: &SlotOwners,
         owners: &SlotOwners,
     ) -> anyhow::Result<()> {
-        let left: Vec<u32> = (0..owners.slots()).filter(|s| old_owners.get(*s) != 0 && owners.get(*s) == 0).collect();
+        let left = left_slots(old_owners, owners);
         if left.is_empty() {
             return Ok(());
         }
@@ -599,72 +462,90 @@ impl Datapath {
         Ok(())
     }
 
-    /// Counters summed over CPUs, and bucket fill, for every configured class.
-    pub fn class_snapshots(&self) -> anyhow::Result<Vec<ClassSnapshot>> {
-        let Some(Applied { plan, slot_of, .. }) = &self.applied else { return Ok(Vec::new()) };
-        let buckets: Vec<_> = plan.classes.iter().map(|class| class.bucket).collect();
-        self.snapshots(&CLASS_MAPS, &plan.class_names, &buckets, slot_of)
-    }
-
-    /// Counters summed over CPUs, and bucket fill, for every configured tenant.
-    pub fn tenant_snapshots(&self) -> anyhow::Result<Vec<TenantSnapshot>> {
-        let Some(Applied { plan, tenant_slot_of, .. }) = &self.applied else { return Ok(Vec::new()) };
-        self.snapshots(&TENANT_MAPS, &plan.tenant_names, &plan.tenants, tenant_slot_of)
-    }
-
+    /// Counters summed over CPUs, and bucket fill, of the slots given, named
+    /// and with the buckets as the maps hold them.
     fn snapshots<K: Counts>(
         &self,
         maps: &SlotMaps,
-        names: &[String],
-        buckets: &[BucketParams],
-        slot_of: &[u32],
+        slots: impl Iterator<Item = (u32, String, BucketParams)>,
     ) -> anyhow::Result<Vec<Snapshot<K>>> {
         let counters: PerCpuArray<_, K> = PerCpuArray::try_from(map(&self.ebpf, maps.counters)?)?;
         let tats: Array<_, u64> = Array::try_from(map(&self.ebpf, maps.buckets)?)?;
         let now = monotonic_ns();
-        names
-            .iter()
-            .zip(buckets)
-            .zip(slot_of)
-            .map(|((name, bucket), slot)| {
+        slots
+            .map(|(slot, name, bucket)| {
                 let mut total = K::default();
-                for cpu in counters.get(slot, 0)?.iter() {
+                for cpu in counters.get(&slot, 0)?.iter() {
                     total.add(cpu);
                 }
-                let tat = tats.get(slot, 0)?;
+                let tat = tats.get(&slot, 0)?;
                 Ok(Snapshot {
-                    name: name.clone(),
+                    name,
                     counters: total,
-                    available_milli: bucket::available_milli(tat, now, bucket),
-                    bucket: *bucket,
+                    available_milli: bucket::available_milli(tat, now, &bucket),
+                    bucket,
                 })
             })
             .collect()
     }
+}
 
-    /// Packets passed uncharged, by reason, summed over CPUs.
-    pub fn pass_counters(&self) -> anyhow::Result<Vec<(PassReason, u64)>> {
+impl Fastpath for Datapath {
+    /// Writes only what differs from the last plan applied.
+    fn apply(&mut self, plan: &Plan) -> anyhow::Result<()> {
+        self.apply_plan(plan)
+    }
+
+    fn class_snapshots(&self) -> anyhow::Result<Vec<ClassSnapshot>> {
+        let Some(applied) = &self.applied else { return Ok(Vec::new()) };
+        let classes = &applied.plan;
+        let slots = applied
+            .slot_of
+            .iter()
+            .map(|&slot| (slot, classes.class_names[slot as usize].clone(), classes.classes[slot as usize].bucket));
+        self.snapshots(&CLASS_MAPS, slots)
+    }
+
+    fn tenant_snapshots(&self) -> anyhow::Result<Vec<TenantSnapshot>> {
+        let Some(applied) = &self.applied else { return Ok(Vec::new()) };
+        let tenants = &applied.plan;
+        let slots = applied
+            .tenant_slot_of
+            .iter()
+            .map(|&slot| (slot, tenants.tenant_names[slot as usize].clone(), tenants.tenants[slot as usize]));
+        self.snapshots(&TENANT_MAPS, slots)
+    }
+
+    /// Summed over CPUs.
+    fn pass_counters(&self) -> anyhow::Result<Vec<(PassReason, u64)>> {
         let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map(&self.ebpf, names::PASS_COUNTERS)?)?;
         PassReason::ALL.iter().map(|reason| Ok((*reason, counters.get(&(*reason as u32), 0)?.iter().sum()))).collect()
     }
 
-    /// Records that the control plane is alive at `now_ns` (CLOCK_MONOTONIC).
-    pub fn write_heartbeat(&mut self, now_ns: u64) -> anyhow::Result<()> {
+    fn write_heartbeat(&mut self, now_ns: u64) -> anyhow::Result<()> {
         let mut heartbeat: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, names::HEARTBEAT)?)?;
         heartbeat.set(0, now_ns, 0)?;
         Ok(())
     }
 
-    /// The last heartbeat written, CLOCK_MONOTONIC ns (0 before the first).
-    pub fn heartbeat(&self) -> anyhow::Result<u64> {
+    fn heartbeat(&self) -> anyhow::Result<u64> {
         let heartbeat: Array<_, u64> = Array::try_from(map(&self.ebpf, names::HEARTBEAT)?)?;
         Ok(heartbeat.get(&0, 0)?)
     }
 
-    /// The plan the maps hold, if any was applied: classes at their slots
-    /// (a free slot is empty and unnamed), rules pointing at slots.
-    pub fn applied(&self) -> Option<&Plan> {
-        self.applied.as_ref().map(|applied| &applied.placed.plan)
+    fn placed(&self) -> Option<Plan> {
+        self.applied.as_ref().map(|applied| applied.plan.clone())
+    }
+
+    /// Answered for XDP only: TC cannot be asked once the capabilities to
+    /// query it are dropped.
+    fn attached_to(&self, iface: &str, attachment: Attachment) -> Option<bool> {
+        if attachment.kind() != AttachKind::Xdp {
+            return None;
+        }
+        let ours = self.xdp().info().ok()?.id();
+        let ifindex = nix::net::if_::if_nametoindex(iface).ok()?;
+        Some(xdp_query::attached_program(ifindex).ok()? == Some(ours))
     }
 }
 

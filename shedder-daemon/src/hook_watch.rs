@@ -2,7 +2,7 @@
 //! interface (or detaching the program) does not tell the daemon; a periodic
 //! [`HookWatch::check`] does, so `status`, /metrics and the log can say so.
 
-use crate::datapath::{Attachment, Datapath};
+use crate::fastpath::{Attachment, Fastpath};
 
 /// Where the fast path stands on its interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,13 +55,13 @@ impl HookWatch {
     }
 
     /// Looks again; what changed since the last look.
-    pub fn check(&mut self, datapath: &Datapath) -> HookChange {
+    pub fn check(&mut self, fastpath: &dyn Fastpath) -> HookChange {
         let now = match ifindex(&self.iface) {
             None => HookState::InterfaceGone,
             Some(index) if Some(index) != self.ifindex => {
                 HookState::NotAttached(format!("interface {} was made anew; the program is not on it", self.iface))
             }
-            Some(_) => match datapath.program_attached_to(&self.iface, self.attachment) {
+            Some(_) => match fastpath.attached_to(&self.iface, self.attachment) {
                 Some(false) => HookState::NotAttached(format!(
                     "the program is no longer attached to {} (detached or replaced by another)",
                     self.iface

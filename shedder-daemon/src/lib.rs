@@ -2,14 +2,15 @@
 //! over it, and the integration tests drive the same code.
 //!
 //! * [`config`]: the configuration file and its validation into a [`config::Plan`].
-//! * [`datapath`]: loading, attaching and programming the eBPF fast path.
+//! * [`fastpath`]: what the control plane asks of a fast path, and one in memory.
+//! * [`datapath`]: the eBPF fast path in the kernel: loading, attaching, programming it.
 //! * [`pin`]: the maps and link pinned in bpffs, so the fast path outlives the daemon.
 //! * [`telemetry`]: GPU readings, pushed samples and scraped exporters.
 //! * [`estimate`]: per-class sliding-window quantiles of queue age and service time.
 //! * [`service_curve`]: a service-time distribution as P(service ≤ t) and a mean.
 //! * [`control`]: deadline slack, the budget law and the GPU gate.
-//! * [`control_loop`]: the per-tick work that ties them to the datapath.
-//! * [`daemon`]: the running daemon's state and the handle other tasks reach it by.
+//! * [`control_loop`]: the per-tick work that ties them to the fast path.
+//! * [`daemon`]: the running daemon, its owner loop, and the handle other tasks reach it by.
 //! * [`api`]: the JSON control socket and `shedder ctl`, its client.
 //! * [`fleet`]: tenants' global quotas shared across hosts through Redis.
 //! * [`admit`]: job-level admission for servers that want a per-request answer.
@@ -31,6 +32,7 @@ pub mod control_loop;
 pub mod daemon;
 pub mod datapath;
 pub mod estimate;
+pub mod fastpath;
 pub mod fleet;
 pub mod hook_watch;
 pub mod listen;

@@ -275,7 +275,7 @@ pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
     let rate = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
     let tokens = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
     let slack = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
-    for snapshot in control.datapath().class_snapshots()? {
+    for snapshot in control.fastpath().class_snapshots()? {
         let class = ClassLabel { class: snapshot.name.clone() };
         let c = snapshot.counters;
         seen.get_or_create(&class).inc_by(c.seen);
@@ -303,7 +303,7 @@ pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
     register_tenants(&mut registry, control)?;
 
     let passed = Family::<ReasonLabel, Counter>::default();
-    for (reason, n) in control.datapath().pass_counters()? {
+    for (reason, n) in control.fastpath().pass_counters()? {
         passed.get_or_create(&ReasonLabel { reason: reason.name() }).inc_by(n);
     }
     registry.register("shedder_packets_uncharged", "Packets passed without being charged, by reason", passed);
@@ -360,7 +360,7 @@ fn register_tenants(registry: &mut Registry, control: &crate::control_loop::Cont
         Family::<TenantLabel, Gauge<f64, AtomicU64>>::default(),
         Family::<TenantLabel, Gauge<f64, AtomicU64>>::default(),
     );
-    for snapshot in control.datapath().tenant_snapshots()? {
+    for snapshot in control.fastpath().tenant_snapshots()? {
         let c = snapshot.counters;
         for (outcome, n) in [("admitted", c.admitted), ("over_tenant", c.over_tenant), ("over_class", c.over_class)] {
             outcomes.get_or_create(&TenantOutcomeLabel { tenant: snapshot.name.clone(), outcome }).inc_by(n);

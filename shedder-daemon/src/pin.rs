@@ -19,7 +19,7 @@ use nix::sys::statfs::{BPF_FS_MAGIC, statfs};
 use shedder_common::maps::names;
 use tracing::{info, warn};
 
-use crate::{datapath::Attachment, lock::ExclusiveLock};
+use crate::{fastpath::Attachment, lock::ExclusiveLock};
 
 pub const DEFAULT_ROOT: &str = "/sys/fs/bpf/shedder";
 

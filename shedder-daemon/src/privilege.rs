@@ -21,7 +21,7 @@ use anyhow::{Context as _, bail};
 use caps::{CapSet, Capability, CapsHashSet};
 use tracing::info;
 
-use crate::datapath::Attachment;
+use crate::fastpath::Attachment;
 
 /// What the daemon still needs once `attachment` is in place.
 pub fn needed_after_attach(attachment: Attachment) -> CapsHashSet {

@@ -4,7 +4,7 @@
 use shedder_common::maps::PassReason;
 use tracing::info;
 
-use crate::datapath::ClassSnapshot;
+use crate::fastpath::ClassSnapshot;
 
 /// Logs every class's counters and bucket, then the uncharged packets by reason.
 pub fn log_counters(classes: &[ClassSnapshot], passed: &[(PassReason, u64)]) {

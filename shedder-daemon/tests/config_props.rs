@@ -27,9 +27,9 @@ use proptest::{
 };
 use shedder_daemon::{
     config::{ActionName, AdaptiveSpec, ClassSpec, Config, ModeName, RuleSpec},
-    control_loop::ControlLoop,
     daemon::{ChangeError, Daemon},
-    datapath::{Attachment, Datapath},
+    datapath::Datapath,
+    fastpath::Fastpath,
     telemetry::gpu::NoGpu,
 };
 
@@ -260,11 +260,10 @@ fn daemon(config: &Config) -> (Daemon, DatapathMaps) {
     let before: BTreeSet<u32> = map_ids(std::process::id()).into_iter().collect();
     let mut datapath = Datapath::load().expect("loading the fast path (root)");
     let ours: Vec<u32> = map_ids(std::process::id()).into_iter().filter(|id| !before.contains(id)).collect();
-    let plan = config.plan().unwrap();
-    datapath.apply(&plan).unwrap();
-    let control =
-        ControlLoop::new(datapath, plan, config.control().unwrap(), Box::new(NoGpu { reason: "test".into() }));
-    (Daemon::new(control, config.clone(), None, "props".into(), Attachment::XdpGeneric), DatapathMaps::of_ids(&ours))
+    let compiled = config.compile().unwrap();
+    datapath.apply(&compiled.plan).unwrap();
+    let gpu = Box::new(NoGpu { reason: "test".into() });
+    (Daemon::new(config.clone(), None, compiled, Box::new(datapath), gpu), DatapathMaps::of_ids(&ours))
 }
 
 /// The names a config file has at its top level: the first step of any error's field.
@@ -301,17 +300,17 @@ fn accepted_configs_load_and_refused_ones_change_nothing() {
         let mut ports = ports.borrow_mut();
         ports.extend(config.rules.iter().filter_map(|r| r.dst_port));
         let (version, previous, before) = (daemon.config_version(), daemon.config().clone(), maps.read(Some(&ports)));
-        let validated = config.plan().and_then(|_| config.control().map(|_| ()));
+        let validated = config.compile().map(|_| ());
         match (daemon.replace_config(config.clone()), validated) {
             (Ok(new_version), Ok(())) => {
                 // A config equal to the running one keeps the version.
                 prop_assert_eq!(new_version, version + u64::from(config != previous));
                 prop_assert_eq!(daemon.config(), &config);
                 let plan = daemon.control().plan().clone();
-                let wanted = config.plan().unwrap();
+                let wanted = config.compile().unwrap().plan;
                 prop_assert_eq!((&plan.global, &plan.class_names), (&wanted.global, &wanted.class_names));
                 // The maps hold each class at its own slot, which outlives reorders.
-                let placed = daemon.control().datapath().applied().unwrap().clone();
+                let placed = daemon.control().fastpath().placed().unwrap().clone();
                 prop_assert_eq!(maps.read(Some(&ports)).without_buckets(), MapContents::of_plan(&placed));
                 tally.borrow_mut().accepted += 1;
             }
@@ -338,7 +337,7 @@ fn accepted_configs_load_and_refused_ones_change_nothing() {
     }
     // Every slot agrees with the last plan too, not only the ports watched.
     let whole = maps.read(None).without_buckets();
-    let placed = daemon.borrow().control().datapath().applied().unwrap().clone();
+    let placed = daemon.borrow().control().fastpath().placed().unwrap().clone();
     assert_eq!(whole, MapContents::of_plan(&placed), "the maps, read back whole");
     assert!(tally.accepted > 0 && !tally.refused_by_field.is_empty(), "both kinds of config were drawn: {tally:?}");
 }
@@ -356,6 +355,6 @@ fn a_full_cidr_trie_can_be_replaced_by_other_rules() {
         RuleSpec { class: "web".into(), src_cidr: Some("10.9.0.0/16".parse().unwrap()), dst_port: None, dscp: None };
     let other = Config { rules: vec![one], ..base };
     daemon.replace_config(other).unwrap_or_else(|e| panic!("replacing a full trie: {e}"));
-    let placed = daemon.control().datapath().applied().unwrap().clone();
+    let placed = daemon.control().fastpath().placed().unwrap().clone();
     assert_eq!(maps.read(None).without_buckets(), MapContents::of_plan(&placed));
 }

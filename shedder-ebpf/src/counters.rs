@@ -19,15 +19,7 @@ pub fn count_outcome(class: u32, outcome: Outcome) {
         return;
     };
     // SAFETY: per-CPU slot; nothing else on this CPU runs concurrently.
-    let c = unsafe { &mut *c };
-    c.seen += 1;
-    match outcome {
-        Outcome::Admitted => c.admitted += 1,
-        Outcome::Dropped => c.dropped += 1,
-        Outcome::Rejected => c.rejected += 1,
-        Outcome::Marked => c.marked += 1,
-        Outcome::WouldShed => c.would_shed += 1,
-    }
+    unsafe { (*c).count(outcome) };
 }
 
 #[inline(always)]
@@ -36,10 +28,5 @@ pub fn count_tenant(tenant: u32, fit: Fit) {
         return;
     };
     // SAFETY: per-CPU slot; nothing else on this CPU runs concurrently.
-    let c = unsafe { &mut *c };
-    match fit {
-        Fit::Both => c.admitted += 1,
-        Fit::OverTenant => c.over_tenant += 1,
-        Fit::OverClass => c.over_class += 1,
-    }
+    unsafe { (*c).count(fit) };
 }

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use shedder_common::{maps::PassReason, reference::Counted, tenant::Fit, verdict::Outcome};
-use shedder_daemon::datapath::Datapath;
+use shedder_daemon::{datapath::Datapath, fastpath::Fastpath};
 
 /// Counter name -> value (or, for a set of moves, -> how much it moved).
 pub type Counters = BTreeMap<String, u64>;

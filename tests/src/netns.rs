@@ -13,7 +13,8 @@ use anyhow::{Context as _, bail};
 use nix::sched::{CloneFlags, setns};
 use shedder_daemon::{
     config::Plan,
-    datapath::{AttachKind, Datapath, PassProgram},
+    datapath::{Datapath, PassProgram},
+    fastpath::{AttachKind, Fastpath},
 };
 
 use crate::saved_syn::save_syns;

@@ -1,16 +1,15 @@
-//! A [`Daemon`] run the way `shedder run` runs it — one owner thread that
-//! ticks the controller and serves jobs — with its control socket in a
-//! private directory. Stopped, joined and cleaned up on drop.
+//! A [`Daemon`] served by the daemon's own owner loop ([`daemon::serve`], as
+//! `shedder run` serves it) on a thread of its own, with its control socket
+//! in a private directory. Stopped, joined and cleaned up on drop.
 
 use std::{
     path::{Path, PathBuf},
     thread::JoinHandle,
-    time::Duration,
 };
 
 use shedder_daemon::{
-    api::server::{AccessPolicy, ControlSocket},
-    daemon::{Daemon, DaemonHandle},
+    api::server::ControlSocket,
+    daemon::{self, Daemon, Services},
 };
 use tokio::sync::oneshot;
 
@@ -22,27 +21,21 @@ pub struct OwnerThread {
 
 impl OwnerThread {
     /// Starts the owner loop; returns once the socket accepts connections.
-    pub fn start(mut daemon: Daemon, tag: &str) -> Self {
+    pub fn start(daemon: Daemon, tag: &str) -> Self {
         let dir = std::env::temp_dir().join(format!("shedder-{tag}-{}", std::process::id()));
         let socket = dir.join("control.sock");
         let (ready_tx, ready) = std::sync::mpsc::channel();
-        let (stop, mut stopped) = oneshot::channel::<()>();
+        let (stop, stopped) = oneshot::channel::<()>();
         let path = socket.clone();
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             runtime.block_on(async move {
-                let mut listener = ControlSocket::bind(&path, None).unwrap();
-                let (handle, mut jobs) = DaemonHandle::channel(256);
-                let _server = listener.serve(handle, AccessPolicy::default());
+                let services = Services::socket_only(ControlSocket::bind(&path, None).unwrap());
                 ready_tx.send(()).unwrap();
-                let mut tick = tokio::time::interval(Duration::from_millis(100));
-                loop {
-                    tokio::select! {
-                        _ = &mut stopped => break,
-                        _ = tick.tick() => { daemon.tick().unwrap(); }
-                        Some(job) = jobs.recv() => job(&mut daemon),
-                    }
-                }
+                let stopped = async {
+                    let _ = stopped.await;
+                };
+                daemon::serve(daemon, services, stopped).await.expect("the owner loop ends cleanly");
             });
         });
         ready.recv().expect("the owner thread bound its socket");

@@ -11,13 +11,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use shedder_daemon::{
-    config::Config,
-    control_loop::ControlLoop,
-    daemon::Daemon,
-    datapath::{Attachment, Datapath},
-    telemetry::gpu::NoGpu,
-};
+use shedder_daemon::{config::Config, daemon::Daemon, datapath::Datapath, fastpath::Fastpath, telemetry::gpu::NoGpu};
 use shedder_tests::owner::OwnerThread;
 
 fn client(socket: &Path, request: &'static str, until: Instant) -> Vec<Duration> {
@@ -41,12 +35,10 @@ fn client(socket: &Path, request: &'static str, until: Instant) -> Vec<Duration>
 #[ignore = "benchmark: run with --ignored --nocapture, in release"]
 fn control_socket_round_trips() {
     let config = Config::embedded_default();
-    let plan = config.plan().unwrap();
+    let compiled = config.compile().unwrap();
     let mut datapath = Datapath::load().expect("root, to load the program");
-    datapath.apply(&plan).unwrap();
-    let control =
-        ControlLoop::new(datapath, plan, config.control().unwrap(), Box::new(NoGpu { reason: "bench".into() }));
-    let daemon = Daemon::new(control, config, None, "none".into(), Attachment::XdpGeneric);
+    datapath.apply(&compiled.plan).unwrap();
+    let daemon = Daemon::new(config, None, compiled, Box::new(datapath), Box::new(NoGpu { reason: "bench".into() }));
     let owner = OwnerThread::start(daemon, "api-bench");
     let socket = owner.socket().to_path_buf();
 

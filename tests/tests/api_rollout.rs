@@ -13,9 +13,8 @@ use std::{
 use shedder_daemon::{
     api::ctl::{self, CtlOp},
     config::Config,
-    control_loop::ControlLoop,
     daemon::Daemon,
-    datapath::{AttachKind, Attachment},
+    fastpath::{AttachKind, Attachment},
     telemetry::gpu::NoGpu,
 };
 use shedder_tests::{netns::Testbed, owner::OwnerThread};
@@ -61,14 +60,13 @@ fn counters(socket: &Path, class: &str) -> (u64, u64, u64, u64) {
 fn observe_then_enforce_one_class_then_roll_back() {
     let bed = Testbed::new().expect("test bed (root, iproute2)");
     let config = Config::parse(CONFIG).unwrap();
-    let plan = config.plan().unwrap();
-    let datapath = bed.attach_server(&plan, AttachKind::Xdp).expect("program attached on the server side");
+    let compiled = config.compile().unwrap();
+    let datapath = bed.attach_server(&compiled.plan, AttachKind::Xdp).expect("program attached on the server side");
     let _peer = bed.attach_client_pass().unwrap();
     let _api = bed.listen(SocketAddr::new(Testbed::SERVER_V4.into(), 8000), false).unwrap();
 
-    let control =
-        ControlLoop::new(datapath, plan, config.control().unwrap(), Box::new(NoGpu { reason: "test".into() }));
-    let daemon = Daemon::new(control, config, None, bed.server_if.clone(), Attachment::XdpNative);
+    let daemon = Daemon::new(config, None, compiled, Box::new(datapath), Box::new(NoGpu { reason: "test".into() }))
+        .attached(&bed.server_if, Attachment::XdpNative);
     // The daemon's owner loop, as `shedder run` has it: ticks and jobs.
     let owner = OwnerThread::start(daemon, "rollout");
     let socket: PathBuf = owner.socket().to_path_buf();

@@ -9,7 +9,7 @@ use std::sync::{Arc, Barrier};
 
 use aya::programs::{TestRun, TestRunOptions};
 use nix::{sched::CpuSet, unistd::Pid};
-use shedder_daemon::{config::Config, datapath::Datapath};
+use shedder_daemon::{config::Config, datapath::Datapath, fastpath::Fastpath};
 use shedder_tests::packets::TcpFrame;
 
 /// Buckets that refill too slowly to matter (one token per 1000 s): exactly
@@ -69,7 +69,7 @@ fn race(config: &str) -> (Arc<Datapath>, u64) {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
     assert!(cpus >= 2, "this machine has one CPU: concurrency cannot be exercised");
     let mut datapath = Datapath::load().unwrap();
-    datapath.apply(&Config::parse(config).unwrap().plan().unwrap()).unwrap();
+    datapath.apply(&Config::parse(config).unwrap().compile().unwrap().plan).unwrap();
     let datapath = Arc::new(datapath);
     let frame = Arc::new(TcpFrame::v4_default().syn().build());
     let start = Arc::new(Barrier::new(cpus));

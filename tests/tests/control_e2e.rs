@@ -12,7 +12,7 @@ use shedder_daemon::{
     clock::monotonic_ns,
     config::Config,
     control_loop::ControlLoop,
-    datapath::AttachKind,
+    fastpath::AttachKind,
     telemetry::{gpu::NoGpu, samples::JobSample},
 };
 use shedder_tests::netns::Testbed;
@@ -60,7 +60,7 @@ fn paced_admissions(bed: &Testbed, to: SocketAddr, attempts: u32) -> u32 {
 }
 
 fn interactive_rate(control: &ControlLoop) -> f64 {
-    let snapshot = control.datapath().class_snapshots().unwrap();
+    let snapshot = control.fastpath().class_snapshots().unwrap();
     let class = snapshot.iter().find(|s| s.name == "interactive").unwrap();
     class.bucket.rate_milli as f64 / 1000.0
 }
@@ -69,12 +69,12 @@ fn interactive_rate(control: &ControlLoop) -> f64 {
 fn late_samples_cut_the_class_budget_and_fewer_connections_get_in() {
     let bed = Testbed::new().expect("test bed (root, iproute2)");
     let config = Config::parse(CONFIG).unwrap();
-    let (plan, setup) = (config.plan().unwrap(), config.control().unwrap());
-    let datapath = bed.attach_server(&plan, AttachKind::Xdp).expect("program attached on the server side");
+    let compiled = config.compile().unwrap();
+    let datapath = bed.attach_server(&compiled.plan, AttachKind::Xdp).expect("program attached on the server side");
     let _peer = bed.attach_client_pass().expect("client-side XDP_PASS for RSTs");
     let listener = bed.listen(SocketAddr::new(Testbed::SERVER_V4.into(), 8000), false).unwrap();
     let gpu = Box::new(NoGpu { reason: "test".into() });
-    let mut control = ControlLoop::new(datapath, plan, setup, gpu);
+    let mut control = ControlLoop::new(Box::new(datapath), compiled.plan, compiled.control, gpu);
     let to = SocketAddr::new(Testbed::SERVER_V4.into(), 8000);
 
     // Healthy samples first: the class keeps its full budget.
@@ -108,7 +108,7 @@ fn late_samples_cut_the_class_budget_and_fewer_connections_get_in() {
     let first = decisions.first().expect("at least one budget decision");
     assert!(first.new_rate < first.old_rate && first.slack.slack_ms < 0.0, "{first:?}");
     assert!(first.reason.contains("slack"), "the reason explains itself: {}", first.reason);
-    assert!(control.datapath().heartbeat().unwrap() > 0, "every tick writes the heartbeat");
+    assert!(control.fastpath().heartbeat().unwrap() > 0, "every tick writes the heartbeat");
 
     let after = paced_admissions(&bed, to, 80);
     println!(

@@ -20,6 +20,7 @@ use shedder_daemon::{
     clock::monotonic_ns,
     config::{Config, Plan},
     datapath::Datapath,
+    fastpath::Fastpath,
 };
 use shedder_tests::{
     counters::{Counters, add_moves, counted_moves, counted_tenant_moves, counters, moved},
@@ -365,7 +366,7 @@ fn tc_may_refuse(frame: &[u8]) -> bool {
 /// Runs random frames through a datapath freshly loaded with `config` until
 /// the program has judged `frames` of them.
 fn campaign(config: &str, frames: usize, seed: u64) -> Report {
-    let plan: Plan = Config::parse(config).unwrap().plan().unwrap();
+    let plan: Plan = Config::parse(config).unwrap().compile().unwrap().plan;
     let mut datapath = Datapath::load().expect("loading the fast path (root)");
     datapath.apply(&plan).unwrap();
     let mut model = Model::fresh(&plan);

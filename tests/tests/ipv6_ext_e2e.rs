@@ -25,7 +25,8 @@ use std::{
 
 use shedder_daemon::{
     config::{Config, Plan},
-    datapath::{AttachKind, Datapath, PassProgram},
+    datapath::{Datapath, PassProgram},
+    fastpath::AttachKind,
 };
 use shedder_tests::{
     counters::{Counters, counters, moved},
@@ -77,7 +78,8 @@ struct Bed {
 
 impl Bed {
     fn new(kind: AttachKind) -> Self {
-        let plan: Plan = Config::parse(CONFIG).expect("test config parses").plan().expect("test config is valid");
+        let plan: Plan =
+            Config::parse(CONFIG).expect("test config parses").compile().expect("test config is valid").plan;
         let testbed = Testbed::new().expect("building the test bed (needs root and iproute2)");
         let datapath = testbed.attach_server(&plan, kind).expect("attaching the program to the server's veth end");
         let peer = (kind == AttachKind::Xdp).then(|| testbed.attach_client_pass().expect("the client's XDP_PASS"));

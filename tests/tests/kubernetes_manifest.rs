@@ -58,7 +58,7 @@ fn configmap_holds_an_observe_mode_config_the_daemon_accepts() {
     let docs = documents();
     let config_map = of_kind(&docs, "ConfigMap");
     let config = Config::parse(text(&config_map["data"]["shedder.toml"])).expect("the ConfigMap's shedder.toml");
-    config.plan().expect("the ConfigMap's config compiles");
+    config.compile().expect("the ConfigMap's config compiles");
     assert_eq!(config.mode, ModeName::Observe, "a fresh install must shed nothing");
     for class in &config.classes {
         assert_ne!(class.mode, Some(ModeName::Enforce), "class {} enforces in a fresh install", class.name);

@@ -27,7 +27,8 @@ use shedder_common::{
 };
 use shedder_daemon::{
     config::{Config, Plan},
-    datapath::{AttachKind, Attachment, Datapath, PassProgram},
+    datapath::{Datapath, PassProgram},
+    fastpath::{AttachKind, Attachment, Fastpath},
 };
 use shedder_tests::{
     netns::Testbed,
@@ -56,7 +57,7 @@ struct Bed {
 }
 
 fn plan(toml: &str) -> Plan {
-    Config::parse(toml).expect("test config parses").plan().expect("test config is valid")
+    Config::parse(toml).expect("test config parses").compile().expect("test config is valid").plan
 }
 
 impl Bed {

@@ -36,6 +36,7 @@ use shedder_common::{maps::PassReason, reference::Verdict, tenant::Fit, verdict:
 use shedder_daemon::{
     config::{Config, Plan},
     datapath::Datapath,
+    fastpath::Fastpath,
 };
 use shedder_tests::{
     counters::{
@@ -172,7 +173,7 @@ fn marked(what: impl Into<String>, syn: &TcpFrame, class: &'static str, dscp: u8
 // --- running rows ----------------------------------------------------------
 
 fn plan_of(config: &str) -> Plan {
-    Config::parse(config).expect("test config parses").plan().expect("test config is valid")
+    Config::parse(config).expect("test config parses").compile().expect("test config is valid").plan
 }
 
 fn load(config: &str) -> Datapath {

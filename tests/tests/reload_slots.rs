@@ -10,6 +10,7 @@ use aya::programs::{TestRun, TestRunOptions};
 use shedder_daemon::{
     config::{Config, Plan},
     datapath::Datapath,
+    fastpath::Fastpath,
 };
 use shedder_tests::{packets::TcpFrame, test_run::XdpRunner};
 
@@ -43,13 +44,13 @@ fn counters(datapath: &Datapath, class: &str) -> shedder_common::maps::ClassCoun
 #[test]
 fn a_new_class_starts_afresh_and_a_reordered_one_keeps_its_state() {
     let mut datapath = Datapath::load().unwrap();
-    datapath.apply(&Config::parse(&config(&[("a", 8001)])).unwrap().plan().unwrap()).unwrap();
+    datapath.apply(&Config::parse(&config(&[("a", 8001)])).unwrap().compile().unwrap().plan).unwrap();
     // Empty a's two-token bucket, and give it counters.
     assert_eq!(verdicts(&datapath, 8001, 3), [XDP_PASS, XDP_PASS, XDP_DROP]);
 
     let a = counters(&datapath, "a");
     // b comes first in the file now; a stays a, wherever the file puts it.
-    datapath.apply(&Config::parse(&config(&[("b", 8002), ("a", 8001)])).unwrap().plan().unwrap()).unwrap();
+    datapath.apply(&Config::parse(&config(&[("b", 8002), ("a", 8001)])).unwrap().compile().unwrap().plan).unwrap();
     let b = counters(&datapath, "b");
     assert_eq!(b.seen, 0, "b starts with its own counters, not a's: {b:?}");
     assert_eq!(counters(&datapath, "a"), a, "a keeps its counters");
@@ -58,7 +59,7 @@ fn a_new_class_starts_afresh_and_a_reordered_one_keeps_its_state() {
 
     // Unchanged classes keep their state across a reload.
     let before = counters(&datapath, "b");
-    datapath.apply(&Config::parse(&config(&[("b", 8002), ("a", 8001)])).unwrap().plan().unwrap()).unwrap();
+    datapath.apply(&Config::parse(&config(&[("b", 8002), ("a", 8001)])).unwrap().compile().unwrap().plan).unwrap();
     assert_eq!(counters(&datapath, "b"), before);
     assert_eq!(verdicts(&datapath, 8002, 1), [XDP_DROP], "b's bucket is still empty");
 }
@@ -93,7 +94,7 @@ fn reordered(order: &[&str], extra: &str) -> Plan {
         );
     }
     text += extra;
-    Config::parse(&text).unwrap().plan().unwrap()
+    Config::parse(&text).unwrap().compile().unwrap().plan
 }
 
 /// Cycles through [`ORDERS`] `reloads` times while a thread sends SYNs to
@@ -177,7 +178,7 @@ fn tenant_counters(datapath: &Datapath, tenant: &str) -> shedder_common::maps::T
 fn tenants_keep_their_bucket_and_counters_by_name_across_reloads() {
     let mut datapath = Datapath::load().unwrap();
     let apply = |datapath: &mut Datapath, tenants: &[(&str, &str)]| {
-        datapath.apply(&Config::parse(&tenants_config(tenants)).unwrap().plan().unwrap()).unwrap()
+        datapath.apply(&Config::parse(&tenants_config(tenants)).unwrap().compile().unwrap().plan).unwrap()
     };
     apply(&mut datapath, &[("acme", "10.0.0.0/24")]);
     assert_eq!(verdicts(&datapath, 80, 3), [XDP_PASS, XDP_PASS, XDP_DROP], "acme's two tokens, then empty");

@@ -7,7 +7,7 @@
 //! bucket as it was.
 
 use shedder_common::{maps::PassReason, reference::Verdict, verdict::Outcome};
-use shedder_daemon::{clock::monotonic_ns, config::Config, datapath::Datapath};
+use shedder_daemon::{clock::monotonic_ns, config::Config, datapath::Datapath, fastpath::Fastpath};
 use shedder_tests::{
     counters::{Counters, class_moves, counters, moved, pass_moves},
     packets::TcpFrame,
@@ -100,7 +100,7 @@ fn fail_open() -> Counters {
 /// Runs `steps` in order through each hook, on a fresh datapath per hook
 /// configured by `CONFIG` plus `watchdog`.
 fn run_steps(watchdog: &str, steps: &[Step]) {
-    let plan = Config::parse(&format!("{CONFIG}\n{watchdog}")).unwrap().plan().unwrap();
+    let plan = Config::parse(&format!("{CONFIG}\n{watchdog}")).unwrap().compile().unwrap().plan;
     for hook in HOOKS {
         let mut datapath = Datapath::load().expect("loading the fast path (these tests run as root)");
         datapath.apply(&plan).unwrap();

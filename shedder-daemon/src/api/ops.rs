@@ -316,8 +316,8 @@ pub fn plan_json(plan: &Plan) -> Value {
 
 fn status(daemon: &Daemon) -> Result<Value, ApiError> {
     let control = daemon.control();
-    let datapath = control.datapath();
-    let snapshots = datapath.class_snapshots().map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?;
+    let fastpath = control.fastpath();
+    let snapshots = fastpath.class_snapshots().map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?;
     let now = daemon.now();
     let slacks = control.controller().last_slacks();
     let wasted = control.admissions().refused();
@@ -356,7 +356,7 @@ fn status(daemon: &Daemon) -> Result<Value, ApiError> {
             })
         })
         .collect();
-    let tenants: Vec<Value> = datapath
+    let tenants: Vec<Value> = fastpath
         .tenant_snapshots()
         .map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?
         .iter()
@@ -374,7 +374,7 @@ fn status(daemon: &Daemon) -> Result<Value, ApiError> {
             })
         })
         .collect();
-    let passed: serde_json::Map<String, Value> = datapath
+    let passed: serde_json::Map<String, Value> = fastpath
         .pass_counters()
         .map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?
         .into_iter()
@@ -388,7 +388,7 @@ fn status(daemon: &Daemon) -> Result<Value, ApiError> {
         "estimator_version": control.estimators().version(),
         "uptime_s": daemon.now().as_secs_f64(),
         "iface": daemon.iface(),
-        "attachment": daemon.attachment().to_string(),
+        "attachment": daemon.attachment().map(|a| a.to_string()),
         "attached": daemon.hook_problem().is_none(),
         "hook_problem": daemon.hook_problem(),
         "gpu": control.controller().last_gpu(),
@@ -396,7 +396,7 @@ fn status(daemon: &Daemon) -> Result<Value, ApiError> {
         "tenants": tenants,
         "passed": passed,
         "samples": {"accepted": inbox.accepted_samples, "rejected_batches": inbox.rejected_batches, "pending": control.inbox().pending()},
-        "maps": control.datapath().applied().map(plan_json),
+        "maps": control.fastpath().placed().as_ref().map(plan_json),
     })))
 }
 
@@ -423,7 +423,7 @@ mod tests {
             panic!("not a set_tenant request: {json}");
         };
         let config = set_tenant(&Config::parse(CONFIG).unwrap(), &patch).map_err(|e| e.message)?;
-        config.plan().map(|_| config).map_err(|e| e.to_string())
+        config.compile().map(|_| config).map_err(|e| e.to_string())
     }
 
     #[test]

@@ -15,14 +15,9 @@ use shedder_common::{
     maps::{ClassConfig, GlobalConfig, MAX_CLASSES, MAX_TENANTS, names},
 };
 
-use super::{Owned, map, slots::SlotOwners};
+use super::map;
 use crate::config::Plan;
-
-/// Which class owns a slot, as stored in `CLASS_IDS`: FNV-1a of its name, a
-/// digest that never changes between builds. Zero marks an empty slot.
-pub(super) fn class_id(name: &str) -> u64 {
-    name.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
-}
+use crate::fastpath::slots::{Placement, SlotOwners};
 
 /// The owners of a slotted map set, and the configs of the slots up to the
 /// last one owned.
@@ -38,7 +33,7 @@ fn owned_slots<C: Pod>(ebpf: &Ebpf, ids: &str, configs: &str, slots: u32) -> any
 /// What the pinned maps hold, slot by slot, and who owns each slot. Names
 /// are not in the maps, only their digests, so the plan's names are left
 /// empty: slots are matched to classes and tenants by owner.
-pub(super) fn pinned_contents(ebpf: &Ebpf) -> anyhow::Result<Owned> {
+pub(super) fn pinned_contents(ebpf: &Ebpf) -> anyhow::Result<Placement> {
     let (owners, classes) = owned_slots::<ClassConfig>(ebpf, names::CLASS_IDS, names::CLASSES, MAX_CLASSES)?;
     let (tenant_owners, tenants) = owned_slots::<BucketParams>(ebpf, names::TENANT_IDS, names::TENANTS, MAX_TENANTS)?;
     let mut plan = Plan {
@@ -56,7 +51,7 @@ pub(super) fn pinned_contents(ebpf: &Ebpf) -> anyhow::Result<Owned> {
     plan.dscp = read_array(map(ebpf, names::DSCP_IN)?)?;
     plan.tenant_v4 = read_lpm(map(ebpf, names::TENANT_V4)?)?;
     plan.tenant_v6 = read_lpm(map(ebpf, names::TENANT_V6)?)?;
-    Ok(Owned { plan, owners, tenant_owners })
+    Ok(Placement::holding(plan, owners, tenant_owners))
 }
 
 /// The rules of an array map indexed by a small key (zero means no rule).
@@ -79,17 +74,4 @@ fn read_lpm<A: Pod + Ord>(map: &Map) -> anyhow::Result<BTreeMap<(u32, A), RuleTa
         .map(|entry| entry.map(|(key, target)| ((key.prefix_len(), key.data()), target)))
         .collect::<Result<_, _>>()
         .map_err(Into::into)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::class_id;
-
-    #[test]
-    fn class_ids_are_stable_and_tell_names_apart() {
-        // FNV-1a test vectors: the digest must not change between builds.
-        assert_eq!(class_id(""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(class_id("a"), 0xaf63_dc4c_8601_ec8c);
-        assert_ne!(class_id("web"), class_id("batch"));
-    }
 }

@@ -118,9 +118,8 @@ mod tests {
     #[test]
     fn the_example_tenants_config_is_valid() {
         let config = crate::config::Config::parse(include_str!("../../../config/tenants.toml")).unwrap();
-        let plan = config.plan().unwrap_or_else(|e| panic!("{e}"));
+        let crate::config::Compiled { plan, control: setup, .. } = config.compile().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(plan.tenant_names, ["acme", "globex", "research"]);
-        let setup = config.control().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(setup.tenants.iter().map(|t| t.rate).sum::<f64>(), 600.0);
     }
 

@@ -32,6 +32,7 @@ use shedder_daemon::{
     clock::monotonic_ns,
     config::Config,
     datapath::{Datapath, PassProgram},
+    fastpath::Fastpath,
 };
 use shedder_tests::packets::{SERVER_V4, TcpFrame};
 
@@ -301,10 +302,10 @@ fn bench() -> anyhow::Result<()> {
     pin_to_current_cpu();
     let pass = PassProgram::load().context("loading the bare XDP_PASS baseline (run as root)")?;
     let mut datapath = Datapath::load().context("loading the fast path (run as root)")?;
-    datapath.apply(&Config::parse(CONFIG)?.plan()?)?;
+    datapath.apply(&Config::parse(CONFIG)?.compile()?.plan)?;
     datapath.write_heartbeat(monotonic_ns())?;
     let mut tenants = Datapath::load().context("loading the fast path (run as root)")?;
-    tenants.apply(&Config::parse(TENANT_CONFIG)?.plan()?)?;
+    tenants.apply(&Config::parse(TENANT_CONFIG)?.compile()?.plan)?;
     tenants.write_heartbeat(monotonic_ns())?;
 
     let syn = |port| TcpFrame::v4_default().dst_port(port).build();

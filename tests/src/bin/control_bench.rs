@@ -19,6 +19,7 @@ use shedder_daemon::{
     config::Config,
     control_loop::ControlLoop,
     datapath::Datapath,
+    fastpath::Fastpath,
     telemetry::{gpu::NoGpu, samples::JobSample},
 };
 
@@ -51,10 +52,11 @@ fn main() -> anyhow::Result<()> {
     let seconds: u64 =
         std::env::args().nth(1).map_or(Ok(10), |s| s.parse()).context("usage: shedder-control-bench [SECONDS]")?;
     let config = Config::parse(&config())?;
-    let (plan, setup) = (config.plan()?, config.control()?);
+    let compiled = config.compile()?;
     let mut datapath = Datapath::load().context("loading the fast path (run as root)")?;
-    datapath.apply(&plan)?;
-    let mut control = ControlLoop::new(datapath, plan, setup, Box::new(NoGpu { reason: "bench".into() }));
+    datapath.apply(&compiled.plan)?;
+    let gpu = Box::new(NoGpu { reason: "bench".into() });
+    let mut control = ControlLoop::new(Box::new(datapath), compiled.plan, compiled.control, gpu);
     let inbox = control.inbox();
     let per_tick = SAMPLES_PER_SECOND * TICK.as_millis() as usize / 1000;
     // Service times that vary (and sometimes run late), so the sketches work for a living.

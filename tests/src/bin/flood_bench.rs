@@ -48,7 +48,8 @@ use clap::Parser;
 use shedder_daemon::{
     clock::monotonic_ns,
     config::Config,
-    datapath::{AttachKind, Datapath, PassProgram},
+    datapath::{Datapath, PassProgram},
+    fastpath::{AttachKind, Fastpath},
 };
 use shedder_tests::{
     flood::{FloodLimits, FloodReport, FloodTarget, SynFlood, link_mac},
@@ -298,7 +299,7 @@ struct Installed<'a> {
 impl<'a> Installed<'a> {
     fn new(bed: &'a Testbed, receiver: Receiver, generator: Generator) -> anyhow::Result<Self> {
         let datapath = match receiver {
-            Receiver::Xdp => Some(bed.attach_server(&Config::parse(XDP_CONFIG)?.plan()?, AttachKind::Xdp)?),
+            Receiver::Xdp => Some(bed.attach_server(&Config::parse(XDP_CONFIG)?.compile()?.plan, AttachKind::Xdp)?),
             _ => None,
         };
         let pass = match (receiver, generator) {

@@ -118,8 +118,7 @@ pub fn daemon_config(scaled: &Workload, mode: DaemonMode, k: f64, scrape: Option
 
     let text = toml::to_string(&root)?;
     let config = Config::parse(&text).context("the generated daemon config does not parse")?;
-    config.plan().context("the daemon refuses the generated config")?;
-    config.control().context("the daemon's controller refuses the generated config")?;
+    config.compile().context("the daemon refuses the generated config")?;
     Ok(text)
 }
 

@@ -38,7 +38,7 @@ impl Lane {
 /// One lane per destination-port rule, plus the default class on a port no
 /// rule names (9000 with the demo's config).
 pub fn lanes(config: &Config) -> anyhow::Result<Vec<Lane>> {
-    config.plan().context("invalid config")?;
+    config.compile().context("invalid config")?;
     let class = |name: &str| config.classes.iter().find(|c| c.name == name).expect("plan() checked the names");
     let lane = |spec: &ClassSpec, port| Lane {
         mode: spec.mode.unwrap_or(config.mode),

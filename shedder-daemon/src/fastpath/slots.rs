@@ -9,20 +9,27 @@
 //! before its own rules are written.
 
 use shedder_common::{
+    bucket::{self, BucketParams},
     classify::target_for,
     maps::{MAX_CLASSES, MAX_TENANTS},
 };
+use tracing::warn;
 
-use super::inherit::class_id;
 use crate::config::Plan;
+
+/// Which class owns a slot, as stored in `CLASS_IDS`: FNV-1a of its name, a
+/// digest that never changes between builds. Zero marks an empty slot.
+pub(crate) fn class_id(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |hash, byte| (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3))
+}
 
 /// The owner of every slot, as `CLASS_IDS` stores it: the digest of the
 /// class's name, or 0 for a free slot.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub(super) struct SlotOwners(Vec<u64>);
+pub(crate) struct SlotOwners(Vec<u64>);
 
 /// Where a plan's classes go.
-pub(super) struct Layout {
+pub(crate) struct Layout {
     /// The owners once the plan is in.
     pub owners: SlotOwners,
     /// The slot of each class, in the plan's order.
@@ -117,7 +124,7 @@ fn at_slots<T: Clone + Default>(items: &[T], names: &[String], slot_of: &[u32]) 
 /// for a coarse clock of `coarse_tick_ns`).
 ///
 /// [`BucketParams::with_clock_for_tick`]: shedder_common::bucket::BucketParams::with_clock_for_tick
-pub(super) fn place(plan: &Plan, slot_of: &[u32], tenant_slot_of: &[u32], coarse_tick_ns: u64) -> Plan {
+fn place(plan: &Plan, slot_of: &[u32], tenant_slot_of: &[u32], coarse_tick_ns: u64) -> Plan {
     let (classes, class_names) = at_slots(&plan.classes, &plan.class_names, slot_of);
     let (tenants, tenant_names) = at_slots(&plan.tenants, &plan.tenant_names, tenant_slot_of);
     let mut placed = Plan { global: plan.global, classes, class_names, tenants, tenant_names, ..Plan::default() };
@@ -143,6 +150,106 @@ pub(super) fn place(plan: &Plan, slot_of: &[u32], tenant_slot_of: &[u32], coarse
     placed
 }
 
+/// A plan as the maps hold it, and where each of its classes and tenants went.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Placement {
+    /// Classes and tenants at their slots (free slots empty and unnamed),
+    /// rules pointing at slots.
+    pub plan: Plan,
+    pub owners: SlotOwners,
+    pub tenant_owners: SlotOwners,
+    /// The slot of each class, in the order of the plan applied.
+    pub slot_of: Vec<u32>,
+    /// The slot of each tenant, likewise.
+    pub tenant_slot_of: Vec<u32>,
+}
+
+impl Placement {
+    /// Maps nobody has written.
+    pub fn empty() -> Self {
+        Self::holding(Plan::default(), SlotOwners::default(), SlotOwners::no_tenants())
+    }
+
+    /// What maps hold (read back after a restart): slots by owner, the
+    /// names unknown.
+    pub fn holding(plan: Plan, owners: SlotOwners, tenant_owners: SlotOwners) -> Self {
+        Self { plan, owners, tenant_owners, slot_of: Vec::new(), tenant_slot_of: Vec::new() }
+    }
+
+    /// Where `plan` goes after this placement: classes and tenants that stay
+    /// keep their slots; buckets read with the clock their rate allows for a
+    /// coarse clock of `coarse_tick_ns`.
+    pub fn next(&self, plan: &Plan, coarse_tick_ns: u64) -> Self {
+        let layout = self.owners.layout(&plan.class_names);
+        let tenant_layout = self.tenant_owners.layout(&plan.tenant_names);
+        if !layout.reused.is_empty() || !tenant_layout.reused.is_empty() {
+            warn!(
+                slots = ?layout.reused,
+                tenant_slots = ?tenant_layout.reused,
+                "this change adds and removes more classes (or tenants) than there are free slots: new ones take \
+                 the slots of leaving ones, so until the rules are rewritten a connection may be counted in the \
+                 wrong one. Remove them in one change and add them in the next to avoid it"
+            );
+        }
+        Self {
+            plan: place(plan, &layout.slot_of, &tenant_layout.slot_of, coarse_tick_ns),
+            owners: layout.owners,
+            tenant_owners: tenant_layout.owners,
+            slot_of: layout.slot_of,
+            tenant_slot_of: tenant_layout.slot_of,
+        }
+    }
+}
+
+/// A slot a change writes: its new content, and the old one when the same
+/// class (or tenant) held it before.
+pub(crate) struct SlotWrite<'a, C> {
+    pub slot: u32,
+    pub new: C,
+    pub old: Option<&'a C>,
+}
+
+impl<C> SlotWrite<'_, C> {
+    /// The bucket state the slot must hold after the change, if it changes:
+    /// a new owner starts full (TAT 0); one whose budget changed keeps what it
+    /// spent, rescaled to the new budget.
+    pub fn new_tat(&self, tat: u64, now: u64, bucket_of: fn(&C) -> &BucketParams) -> Option<u64> {
+        match self.old {
+            None => Some(0),
+            Some(old) if bucket_of(old) != bucket_of(&self.new) => {
+                Some(bucket::rescale(tat, now, bucket_of(old), bucket_of(&self.new)))
+            }
+            Some(_) => None,
+        }
+    }
+
+    /// A new owner: its counters start from zero.
+    pub fn is_fresh(&self) -> bool {
+        self.old.is_none()
+    }
+}
+
+/// The slots (of classes, or of tenants) that are new or changed from
+/// `previous` to `next`.
+pub(crate) fn slot_writes<'a, C: Copy + PartialEq>(
+    (previous, old_owners): (&'a [C], &SlotOwners),
+    (next, owners): (&[C], &SlotOwners),
+) -> Vec<SlotWrite<'a, C>> {
+    (0..owners.slots())
+        .filter(|slot| owners.get(*slot) != 0)
+        .filter_map(|slot| {
+            let new = next[slot as usize];
+            let old = previous.get(slot as usize).filter(|_| old_owners.get(slot) == owners.get(slot));
+            (old != Some(&new)).then_some(SlotWrite { slot, new, old })
+        })
+        .collect()
+}
+
+/// The slots whose owners leave.
+pub(crate) fn left_slots(old_owners: &SlotOwners, owners: &SlotOwners) -> Vec<u32> {
+    (0..owners.slots()).filter(|s| old_owners.get(*s) != 0 && owners.get(*s) == 0).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +260,14 @@ mod tests {
 
     fn owners_of(list: &[&str]) -> SlotOwners {
         SlotOwners::default().layout(&names(list)).owners
+    }
+
+    #[test]
+    fn class_ids_are_stable_and_tell_names_apart() {
+        // FNV-1a test vectors: the digest must not change between builds.
+        assert_eq!(class_id(""), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(class_id("a"), 0xaf63_dc4c_8601_ec8c);
+        assert_ne!(class_id("web"), class_id("batch"));
     }
 
     #[test]

@@ -1,27 +1,31 @@
-//! The running daemon's state, owned by one task, and the handle other tasks
-//! (the control socket, the metrics endpoint) use to reach it.
-//!
-//! Rather than sharing the state behind locks, a task sends a [`Job`] — a
-//! closure — that the owner runs between ticks with `&mut Daemon`. Every
-//! change is therefore serialised with the controller's ticks, and a reader
-//! never sees half of one.
+//! The running daemon: its state, owned by one task ([`run`] starts it on an
+//! interface and serves it), and the [`DaemonHandle`] other tasks (the
+//! control socket, the metrics endpoint) reach it by.
+
+mod fleet_link;
+mod handle;
+mod run;
+mod scrapers;
 
 use std::{
     path::PathBuf,
     time::{Duration, Instant},
 };
 
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::watch;
+
+pub use handle::{DaemonGone, DaemonHandle, Job};
+pub use run::{ControlOptions, Ending, RunOptions, Services, run, serve};
 
 use crate::{
     clock::monotonic_ns,
-    config::{Config, ConfigError},
+    config::{Compiled, Config, ConfigError},
     control::Decision,
     control_loop::ControlLoop,
-    datapath::Attachment,
+    fastpath::{Attachment, Fastpath},
     fleet::FleetView,
     hook_watch::{HookChange, HookWatch},
-    telemetry::ClassObservations,
+    telemetry::{ClassObservations, gpu::GpuSource},
 };
 
 pub struct Daemon {
@@ -32,56 +36,57 @@ pub struct Daemon {
     /// Bumped by every accepted configuration change.
     config_version: u64,
     started: Instant,
-    iface: String,
-    attachment: Attachment,
-    hook: HookWatch,
+    /// Where the fast path is attached; `None` for one attached nowhere (in memory).
+    hook: Option<Hook>,
     /// What the fleet task last published, with `[fleet]`.
     fleet: Option<watch::Receiver<FleetView>>,
 }
 
+/// The interface and hook the fast path runs on, and the watch on them.
+struct Hook {
+    iface: String,
+    attachment: Attachment,
+    watch: HookWatch,
+}
+
 /// Why a configuration change was not made. Either way nothing changed.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum ChangeError {
     /// The new configuration does not validate.
-    Invalid(ConfigError),
+    #[error("invalid config: {0}")]
+    Invalid(#[from] ConfigError),
     /// There is nothing to do it with (e.g. `reload` without a config file).
+    #[error("{0}")]
     Unavailable(String),
     /// Validated, but writing it failed (a map update the kernel refused).
+    #[error("applying the config: {0:#}")]
     Apply(anyhow::Error),
 }
 
-impl std::fmt::Display for ChangeError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Invalid(e) => write!(f, "invalid config: {e}"),
-            Self::Unavailable(why) => f.write_str(why),
-            Self::Apply(e) => write!(f, "applying the config: {e:#}"),
-        }
-    }
-}
-
-impl std::error::Error for ChangeError {}
-
 impl Daemon {
+    /// A daemon on `config`, compiled (`compiled`) into a fast path that
+    /// already holds its plan.
     pub fn new(
-        control: ControlLoop,
         config: Config,
         config_path: Option<PathBuf>,
-        iface: String,
-        attachment: Attachment,
+        compiled: Compiled,
+        fastpath: Box<dyn Fastpath>,
+        gpu: Box<dyn GpuSource>,
     ) -> Self {
-        let hook = HookWatch::new(&iface, attachment);
-        Self {
-            control,
-            config,
-            config_path,
-            config_version: 1,
-            started: Instant::now(),
-            iface,
-            attachment,
-            hook,
-            fleet: None,
-        }
+        let control = ControlLoop::new(fastpath, compiled.plan, compiled.control, gpu);
+        Self { control, config, config_path, config_version: 1, started: Instant::now(), hook: None, fleet: None }
+    }
+
+    /// The fast path runs on `iface`, hooked as `attachment`: watched from now on.
+    pub fn attached(mut self, iface: &str, attachment: Attachment) -> Self {
+        let watch = HookWatch::new(iface, attachment);
+        self.hook = Some(Hook { iface: iface.to_string(), attachment, watch });
+        self
+    }
+
+    /// The control loop, for wiring it up before the daemon runs.
+    pub fn control_mut(&mut self) -> &mut ControlLoop {
+        &mut self.control
     }
 
     /// Follows the fleet task's view (state, shares) from now on.
@@ -126,23 +131,28 @@ impl Daemon {
         self.started.elapsed()
     }
 
-    pub fn iface(&self) -> &str {
-        &self.iface
+    /// The interface the fast path is attached to; `None` in memory.
+    pub fn iface(&self) -> Option<&str> {
+        self.hook.as_ref().map(|hook| hook.iface.as_str())
     }
 
-    pub fn attachment(&self) -> Attachment {
-        self.attachment
+    /// How the fast path is hooked; `None` in memory.
+    pub fn attachment(&self) -> Option<Attachment> {
+        self.hook.as_ref().map(|hook| hook.attachment)
     }
 
     /// Looks whether the fast path is still on its interface.
     pub fn check_hook(&mut self) -> HookChange {
-        self.hook.check(self.control.datapath())
+        match &mut self.hook {
+            Some(hook) => hook.watch.check(self.control.fastpath()),
+            None => HookChange::Unchanged,
+        }
     }
 
     /// Why the fast path is not enforcing (interface gone, program detached);
     /// `None` while it is attached, as far as the last check saw.
     pub fn hook_problem(&self) -> Option<String> {
-        self.hook.state().problem(&self.iface)
+        self.hook.as_ref().and_then(|hook| hook.watch.state().problem(&hook.iface))
     }
 
     /// Validates `config` whole and switches to it; returns the new config
@@ -150,9 +160,7 @@ impl Daemon {
     /// daemon or in the maps; one equal to the running config changes
     /// nothing either, the version included.
     pub fn replace_config(&mut self, config: Config) -> Result<u64, ChangeError> {
-        let plan = config.plan().map_err(ChangeError::Invalid)?;
-        let setup = config.control().map_err(ChangeError::Invalid)?;
-        config.fleet().map_err(ChangeError::Invalid)?;
+        let compiled = config.compile()?;
         if config == self.config {
             return Ok(self.config_version);
         }
@@ -160,7 +168,7 @@ impl Daemon {
             // The fleet task holds its connection and leases from the start.
             return Err(ChangeError::Unavailable("[fleet] changes only with a restart; nothing changed".into()));
         }
-        self.control.reconfigure(plan, setup).map_err(ChangeError::Apply)?;
+        self.control.reconfigure(compiled.plan, compiled.control).map_err(ChangeError::Apply)?;
         self.config = config;
         self.config_version += 1;
         Ok(self.config_version)
@@ -175,47 +183,5 @@ impl Daemon {
             ChangeError::Invalid(ConfigError { field: path.display().to_string(), message: format!("{e:#}") })
         })?;
         self.replace_config(config)
-    }
-}
-
-/// Work for the owner task: runs with the daemon between ticks.
-pub type Job = Box<dyn FnOnce(&mut Daemon) + Send>;
-
-/// The owner task has exited (the daemon is shutting down).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DaemonGone;
-
-impl std::fmt::Display for DaemonGone {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("the daemon is shutting down")
-    }
-}
-
-impl std::error::Error for DaemonGone {}
-
-/// How other tasks reach the [`Daemon`].
-#[derive(Clone)]
-pub struct DaemonHandle {
-    jobs: mpsc::Sender<Job>,
-}
-
-impl DaemonHandle {
-    /// A handle and the queue the owner task must serve (`job(&mut daemon)`).
-    pub fn channel(capacity: usize) -> (Self, mpsc::Receiver<Job>) {
-        let (jobs, queue) = mpsc::channel(capacity);
-        (Self { jobs }, queue)
-    }
-
-    /// Runs `f` on the owner task and returns its result.
-    pub async fn call<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut Daemon) -> T + Send + 'static,
-    ) -> Result<T, DaemonGone> {
-        let (reply, answer) = oneshot::channel();
-        let job: Job = Box::new(move |daemon| {
-            let _ = reply.send(f(daemon));
-        });
-        self.jobs.send(job).await.map_err(|_| DaemonGone)?;
-        answer.await.map_err(|_| DaemonGone)
     }
 }

@@ -1,0 +1,45 @@
+//! The fleet's task and the channels it shares with the control loop (usage
+//! in, shares out) and the daemon (its view).
+
+use tokio::sync::watch;
+use tracing::warn;
+
+use super::{Daemon, DaemonHandle};
+use crate::{
+    clock,
+    fleet::{self, FleetSettings, FleetShares},
+};
+
+pub(super) struct FleetLink {
+    settings: FleetSettings,
+    usage: (watch::Sender<fleet::Usage>, watch::Receiver<fleet::Usage>),
+    view: (watch::Sender<fleet::FleetView>, watch::Receiver<fleet::FleetView>),
+}
+
+impl FleetLink {
+    pub fn new(settings: FleetSettings) -> Self {
+        // The counts are reported from this run's start: a new epoch each run.
+        let epoch = format!("{}-{}", std::process::id(), clock::monotonic_ns());
+        let usage = watch::channel(fleet::Usage { epoch, ..fleet::Usage::default() });
+        let view = watch::channel(fleet::FleetView::starting(&settings));
+        Self { settings, usage, view }
+    }
+
+    /// Puts the tenants' shares under the fleet and starts its task; new
+    /// shares are put in force at once, through the daemon, before the fleet
+    /// confirms a smaller one.
+    pub fn spawn(self, daemon: &mut Daemon, handle: DaemonHandle) {
+        let shares = FleetShares::new(self.view.1.clone(), self.usage.0.clone());
+        daemon.control_mut().set_tenant_shares(Box::new(shares));
+        daemon.follow_fleet(self.view.1);
+        let apply = move |_shares| {
+            let handle = handle.clone();
+            async move {
+                if let Ok(Err(e)) = handle.call(|d| d.retake_tenant_shares()).await {
+                    warn!("fleet: applying the tenants' shares: {e:#}");
+                }
+            }
+        };
+        tokio::spawn(fleet::run(self.settings, self.usage.1, self.view.0, apply));
+    }
+}
