@@ -1,0 +1,108 @@
+//! `/metrics` against what the fast path did and what servers pushed: SYNs
+//! sent through the in-memory fast path (no root) and samples pushed into
+//! the daemon, then one scrape of its real endpoint, parsed as Prometheus
+//! parses it, checked sample by sample.
+
+mod memory_bed;
+
+use memory_bed::{daemon, scrape_metrics, syn};
+use shedder_common::verdict::Outcome::{Admitted, Rejected};
+use shedder_daemon::telemetry::samples::JobSample;
+
+/// `open` takes everything but port 8000, which `closed` refuses; every
+/// connection also belongs to the client's tenant.
+const CONFIG: &str = r#"
+mode = "enforce"
+default_class = "open"
+
+[[class]]
+name = "open"
+rate = 10000
+burst = 1000
+action = "drop"
+
+[[class]]
+name = "closed"
+rate = 0
+burst = 1
+action = "reject"
+
+[[rule]]
+class = "closed"
+dst_port = 8000
+
+[[tenant]]
+name = "lab"
+cidrs = ["10.0.0.0/24"]
+rate = 1000
+burst = 100
+"#;
+
+/// A sample the scrape must hold: metric, labels, value.
+type Sample = (&'static str, &'static [(&'static str, &'static str)], f64);
+
+const EXPECTED: &[Sample] = &[
+    ("shedder_syns_total", &[("class", "open"), ("outcome", "admitted")], 7.0),
+    ("shedder_syns_total", &[("class", "closed"), ("outcome", "rejected")], 5.0),
+    ("shedder_syns_seen_total", &[("class", "closed")], 5.0),
+    ("shedder_syns_seen_total", &[("class", "open")], 7.0),
+    ("shedder_tenant_syns_total", &[("tenant", "lab"), ("outcome", "admitted")], 7.0),
+    ("shedder_tenant_syns_total", &[("tenant", "lab"), ("outcome", "over_tenant")], 0.0),
+    ("shedder_tenant_syns_total", &[("tenant", "lab"), ("outcome", "over_class")], 5.0),
+    ("shedder_tenant_rate", &[("tenant", "lab")], 1000.0),
+    ("shedder_tenant_burst", &[("tenant", "lab")], 100.0),
+    ("shedder_budget_rate", &[("class", "open")], 10000.0),
+    ("shedder_budget_rate", &[("class", "closed")], 0.0),
+    ("shedder_completions_total", &[("class", "open"), ("outcome", "on_time")], 3.0),
+    ("shedder_retries_total", &[("class", "open")], 3.0),
+    ("shedder_config_version", &[], 1.0),
+    ("shedder_estimator_version", &[], 1.0),
+];
+
+/// The value of the one sample named `name` whose labels include all of `labels`.
+fn value(scrape: &prometheus_parse::Scrape, name: &str, labels: &[(&str, &str)]) -> f64 {
+    let found: Vec<f64> = scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(v)))
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v)
+            | prometheus_parse::Value::Gauge(v)
+            | prometheus_parse::Value::Untyped(v) => v,
+            ref other => panic!("{name}: unexpected {other:?}"),
+        })
+        .collect();
+    assert_eq!(found.len(), 1, "one {name}{labels:?} sample, found {found:?}");
+    found[0]
+}
+
+#[test]
+fn the_scrape_counts_what_the_fast_path_did_and_the_servers_pushed() {
+    let (mut daemon, fastpath) = daemon(CONFIG);
+    for _ in 0..7 {
+        assert_eq!(syn(&fastpath, 9000), Admitted);
+    }
+    for _ in 0..5 {
+        assert_eq!(syn(&fastpath, 8000), Rejected);
+    }
+    let retried =
+        JobSample { class: "open".into(), queue_age_ms: 40.0, service_ms: 300.0, late_by_ms: None, attempt: 2 };
+    daemon.control().inbox().push(vec![retried; 3]).unwrap();
+    daemon.tick().unwrap();
+
+    let body = scrape_metrics(daemon);
+    let metrics =
+        prometheus_parse::Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("the exposition parses");
+    for (name, labels, want) in EXPECTED {
+        assert_eq!(value(&metrics, name, labels), *want, "{name}{labels:?}");
+    }
+    let service = metrics.samples.iter().find(|s| s.metric == "shedder_service_seconds").expect("service histogram");
+    match &service.value {
+        prometheus_parse::Value::Histogram(buckets) => {
+            assert_eq!(buckets.last().map(|b| b.count), Some(3.0), "three service samples: {buckets:?}")
+        }
+        other => panic!("shedder_service_seconds is a histogram, not {other:?}"),
+    }
+    assert!(!body.contains("job_id"), "no unbounded labels");
+    assert!(body.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");
+}
