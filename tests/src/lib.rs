@@ -21,4 +21,5 @@ pub mod redis_server;
 pub mod saved_syn;
 pub mod scratch;
 pub mod tcp_proxy;
+pub mod tenant_client;
 pub mod test_run;
