@@ -10,6 +10,7 @@ pub mod bpffs;
 pub mod child;
 pub mod counters;
 pub mod daemon_process;
+pub mod fleet_bed;
 pub mod fleet_sim;
 pub mod flood;
 pub mod frame_fuzz;

@@ -1,0 +1,127 @@
+//! The fleet with real daemons: four hosts (each its own namespace, veth,
+//! `shedder run` on XDP and backend) share two tenants' quotas through one
+//! redis-server (see `fleet_bed`), and real TCP clients send from each
+//! tenant's addresses. What a user would notice:
+//!
+//! * while tenant `a` floods, its demand mostly on two hosts, the fleet
+//!   admits at most its quota in every steady second (within 2%, plus the
+//!   hosts' bucket depths), and at least [`REACH`] of it;
+//! * tenant `b`, under its quota on every host, keeps its goodput;
+//! * when Redis stops, every host holds its leases, then falls back to its
+//!   local share (`shedder_fleet_state`); when Redis returns empty, every
+//!   host is synced again and the fleet's totals are the hosts' own counts:
+//!   nothing lost, nothing counted twice.
+//!
+//! Every load loop is bounded by a schedule of a fixed count and a deadline.
+//! The test needs the `shedder` binary (see `daemon_process::daemon_binary`)
+//! and `redis-server`.
+
+use std::time::Duration;
+
+use shedder_tests::fleet_bed::{FleetBed, FleetTenant, Sample};
+
+const HOSTS: usize = 4;
+const A: FleetTenant = FleetTenant { name: "a", quota: 400.0, burst: 20.0 };
+const B: FleetTenant = FleetTenant { name: "b", quota: 200.0, burst: 20.0 };
+/// Tenant `a` floods, mostly on h0 and h1: 2.5 times its quota.
+const A_DEMAND: [f64; HOSTS] = [560.0, 320.0, 60.0, 60.0];
+/// Tenant `b` asks 120/s of its 200, evenly.
+const B_DEMAND: [f64; HOSTS] = [30.0; HOSTS];
+/// The flood's first seconds, while the hosts learn the demand, are not judged.
+const SETTLE: Duration = Duration::from_secs(3);
+const MEASURED_SECONDS: u64 = 5;
+/// Per steady second, the fleet admits at least this share of `a`'s quota.
+const REACH: f64 = 0.9;
+/// How far above the quota a second may go: the fleet's 2%, plus every
+/// host's bucket depth (a bucket may spend it on top of its rate).
+const OVER: f64 = 0.02;
+
+fn fleet_rate(now: &Sample, before: &Sample, tenant: &str) -> (Vec<f64>, f64) {
+    let per_host = now.admitted_rates(before, tenant);
+    let sum = per_host.iter().sum();
+    (per_host, sum)
+}
+
+#[test]
+fn four_daemons_share_each_quota_through_redis_and_ride_out_its_loss() {
+    let mut bed = FleetBed::start(HOSTS, &[A, B]).expect("the fleet bed (root, iproute2, redis-server)");
+    bed.wait_all("fleet: synced").unwrap();
+
+    // The clients run a second past the last sample.
+    let load = bed.offer(&[("a", &A_DEMAND), ("b", &B_DEMAND)], SETTLE + Duration::from_secs(MEASURED_SECONDS + 1));
+    std::thread::sleep(SETTLE);
+    let mut seconds = Vec::new();
+    bed.every_second(MEASURED_SECONDS, |second, before, now| {
+        let (a, b) = (fleet_rate(now, before, "a"), fleet_rate(now, before, "b"));
+        println!("second {second}: a {:.0?} = {:.0}/s, b {:.0?} = {:.0}/s", a.0, a.1, b.0, b.1);
+        seconds.push((a.1, b.1));
+    })
+    .unwrap();
+    let offered = load.join().unwrap();
+
+    let ceiling = A.quota * (1.0 + OVER) + HOSTS as f64 * A.burst;
+    for (second, (a, _)) in seconds.iter().enumerate() {
+        assert!(
+            *a <= ceiling,
+            "second {second}: the fleet admitted {a:.0}/s of a, over its quota {} (+2% and {HOSTS} x burst {}: {ceiling:.0})",
+            A.quota,
+            A.burst
+        );
+        assert!(
+            *a >= REACH * A.quota,
+            "second {second}: the fleet admitted {a:.0}/s of a, under {REACH} of its quota {} while it asked {:.0}/s",
+            A.quota,
+            A_DEMAND.iter().sum::<f64>()
+        );
+    }
+    for ((tenant, host), (attempted, completed)) in &offered {
+        println!("{tenant} -> {host}: attempted {attempted}, completed {completed}");
+        if tenant == "b" {
+            assert!(*attempted > 0, "b sent nothing to {host}");
+            assert!(
+                *completed as f64 >= 0.95 * *attempted as f64,
+                "b, under its quota, completed {completed} of {attempted} connections to {host}"
+            );
+        }
+    }
+
+    // Redis stops: every host holds its leases, then falls back to its local share.
+    let counted = bed.sample().unwrap();
+    bed.redis.kill();
+    bed.wait_all("holding the leases").unwrap();
+    bed.wait_all("no lease holds").unwrap();
+    let local = bed.sample().unwrap();
+    assert_eq!(local.states(), ["local"; HOSTS], "every host on its local share once its lease ended");
+    for (_, metrics) in &local.hosts {
+        assert_eq!(metrics.share("a"), A.quota / HOSTS as f64, "a's local share: its quota over the hosts");
+    }
+
+    // Redis returns empty: every host is synced again, and rebuilds the totals.
+    bed.redis.resume().unwrap();
+    bed.wait_all("fleet: synced").unwrap();
+    let mut rebuilt = bed.sample().unwrap();
+    for _ in 0..100 {
+        if [A.name, B.name].iter().all(|t| totals_agree(&rebuilt, t)) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        rebuilt = bed.sample().unwrap();
+    }
+    assert_eq!(rebuilt.states(), ["synced"; HOSTS]);
+    for tenant in [A.name, B.name] {
+        let own: u64 = rebuilt.hosts.iter().map(|(_, m)| m.admitted(tenant)).sum();
+        let before: u64 = counted.hosts.iter().map(|(_, m)| m.admitted(tenant)).sum();
+        let fleet: Vec<u64> = rebuilt.hosts.iter().map(|(_, m)| m.fleet_admitted(tenant)).collect();
+        println!(
+            "{tenant}: the hosts counted {own} (before Redis stopped: {before}); Redis, as each host read it: {fleet:?}"
+        );
+        assert_eq!(own, before, "{tenant}: no connection came while the clients were idle");
+        assert!(fleet.iter().all(|n| *n == own), "{tenant}: Redis's total {fleet:?}, the hosts' own {own}");
+    }
+}
+
+/// Whether every host read from Redis a total equal to the hosts' own counts.
+fn totals_agree(sample: &Sample, tenant: &str) -> bool {
+    let own: u64 = sample.hosts.iter().map(|(_, m)| m.admitted(tenant)).sum();
+    sample.hosts.iter().all(|(_, m)| m.fleet_admitted(tenant) == own)
+}
