@@ -198,10 +198,15 @@ impl FleetBed {
         self.tenants.iter().position(|t| t.name == name).unwrap_or_else(|| panic!("no tenant {name} in the bed"))
     }
 
-    /// Every host's `/metrics`, each scraped in turn.
+    /// Every host's `/metrics`, each scraped in turn, and when: the middle
+    /// of its scrape (the daemon reads its counters in between).
     pub fn sample(&self) -> anyhow::Result<Sample> {
-        let hosts = self.hosts.iter().map(|h| Ok((Instant::now(), h.scrape()?))).collect::<anyhow::Result<_>>()?;
-        Ok(Sample { hosts })
+        let scrape = |host: &FleetHost| -> anyhow::Result<(Instant, Metrics)> {
+            let asked = Instant::now();
+            let metrics = host.scrape()?;
+            Ok((asked + asked.elapsed() / 2, metrics))
+        };
+        Ok(Sample { hosts: self.hosts.iter().map(scrape).collect::<anyhow::Result<_>>()? })
     }
 
     /// Samples every host once a second for `seconds`, calling `each` with
@@ -244,16 +249,21 @@ fn config(name: &str, redis: &str, hosts: usize, tenants: &[FleetTenant]) -> Str
     toml
 }
 
-/// Clients running: each thread's (tenant, host).
+/// A tenant's clients towards one host: (tenant, host).
+pub type Route = (String, String);
+/// What clients did: (attempted, completed) connections.
+pub type Exchanges = (u64, u64);
+
+/// Clients running, each thread on its route.
 pub struct Load {
-    threads: Vec<((String, String), JoinHandle<anyhow::Result<(u64, u64)>>)>,
+    threads: Vec<(Route, JoinHandle<anyhow::Result<Exchanges>>)>,
 }
 
 impl Load {
     /// Waits for every client to finish its schedule: (attempted, completed)
     /// per (tenant, host).
-    pub fn join(self) -> anyhow::Result<BTreeMap<(String, String), (u64, u64)>> {
-        let mut totals: BTreeMap<_, (u64, u64)> = BTreeMap::new();
+    pub fn join(self) -> anyhow::Result<BTreeMap<Route, Exchanges>> {
+        let mut totals: BTreeMap<Route, Exchanges> = BTreeMap::new();
         for (key, thread) in self.threads {
             let (attempted, completed) = thread.join().map_err(|_| anyhow::anyhow!("client thread panicked"))??;
             let total = totals.entry(key).or_default();

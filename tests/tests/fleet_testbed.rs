@@ -30,8 +30,10 @@ const B_DEMAND: [f64; HOSTS] = [30.0; HOSTS];
 /// The flood's first seconds, while the hosts learn the demand, are not judged.
 const SETTLE: Duration = Duration::from_secs(3);
 const MEASURED_SECONDS: u64 = 5;
-/// Per steady second, the fleet admits at least this share of `a`'s quota.
-const REACH: f64 = 0.9;
+/// Per steady second, the fleet admits at least this share of `a`'s quota
+/// (the fleet's goal is 2%; each second here is measured between scrapes of
+/// four daemons in turn, which a loaded machine delays).
+const REACH: f64 = 0.95;
 /// How far above the quota a second may go: the fleet's 2%, plus every
 /// host's bucket depth (a bucket may spend it on top of its rate).
 const OVER: f64 = 0.02;
