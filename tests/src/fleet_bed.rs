@@ -127,7 +127,9 @@ impl FleetBed {
     /// Builds the bed with `hosts` hosts serving `tenants`, and waits until
     /// every daemon listens. The daemons are `daemon_process::daemon_binary`.
     pub fn start(hosts: usize, tenants: &[FleetTenant]) -> anyhow::Result<Self> {
-        anyhow::ensure!((1..=200).contains(&hosts), "{hosts} hosts: the bed's /24 holds 1 to 200");
+        // Hosts are 10.216.0.1 to .15; tenants' /28s follow, up to .239.
+        anyhow::ensure!((1..=15).contains(&hosts), "{hosts} hosts: the bed has room for 1 to 15");
+        anyhow::ensure!(tenants.len() <= 14, "{} tenants: the bed has room for 14", tenants.len());
         let hub = Netns::new("shfh")?;
         hub.ip(&["link", "add", "br0", "type", "bridge"])?;
         hub.ip(&["addr", "add", &format!("{HUB_V4}/24"), "dev", "br0"])?;
