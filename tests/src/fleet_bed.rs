@@ -292,9 +292,19 @@ impl Metrics {
         })
     }
 
+    /// The tenant's new connections on this host with `outcome`, since the daemon started.
+    fn syns(&self, tenant: &str, outcome: &str) -> u64 {
+        self.value("shedder_tenant_syns_total", &[("tenant", tenant), ("outcome", outcome)]).unwrap_or(0.0) as u64
+    }
+
     /// The tenant's admitted connections on this host, since the daemon started.
     pub fn admitted(&self, tenant: &str) -> u64 {
-        self.value("shedder_tenant_syns_total", &[("tenant", tenant), ("outcome", "admitted")]).unwrap_or(0.0) as u64
+        self.syns(tenant, "admitted")
+    }
+
+    /// The tenant's new connections this host saw, admitted or not.
+    pub fn offered(&self, tenant: &str) -> u64 {
+        ["admitted", "over_tenant", "over_class"].iter().map(|outcome| self.syns(tenant, outcome)).sum()
     }
 
     /// The fleet's total for the tenant, as Redis counted it at this host's last report.
@@ -324,11 +334,21 @@ pub struct Sample {
 impl Sample {
     /// Each host's admitted connections of `tenant` per second since `earlier`.
     pub fn admitted_rates(&self, earlier: &Sample, tenant: &str) -> Vec<f64> {
+        self.rates(earlier, |m| m.admitted(tenant))
+    }
+
+    /// Each host's new connections of `tenant` per second since `earlier`,
+    /// admitted or not: what its clients managed to offer.
+    pub fn offered_rates(&self, earlier: &Sample, tenant: &str) -> Vec<f64> {
+        self.rates(earlier, |m| m.offered(tenant))
+    }
+
+    fn rates(&self, earlier: &Sample, count: impl Fn(&Metrics) -> u64) -> Vec<f64> {
         self.hosts
             .iter()
             .zip(&earlier.hosts)
             .map(|((now, m), (then, before))| {
-                m.admitted(tenant).saturating_sub(before.admitted(tenant)) as f64 / (*now - *then).as_secs_f64()
+                count(m).saturating_sub(count(before)) as f64 / (*now - *then).as_secs_f64()
             })
             .collect()
     }

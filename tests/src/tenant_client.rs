@@ -32,8 +32,8 @@ pub fn exchange(from: Ipv4Addr, to: SocketAddrV4) -> bool {
 }
 
 /// Exchanges from `from` to `to` at `rate` a second for `how_long`, on a
-/// thread in `ns`, on a fixed schedule (a late one is not made up for):
-/// (attempted, completed).
+/// thread in `ns`, on a fixed schedule (one that falls late is sent at once;
+/// none after `how_long`): (attempted, completed).
 pub fn paced(
     ns: &Netns,
     from: Ipv4Addr,
