@@ -16,7 +16,7 @@ use std::{
 
 use crate::{
     daemon_process::{DaemonProcess, daemon_binary},
-    netns::Testbed,
+    netns::{Netns, Testbed},
     scratch::ScratchDir,
 };
 
@@ -31,17 +31,24 @@ pub struct BedDaemon {
 impl BedDaemon {
     /// Starts it and waits until its control socket listens.
     pub fn start(bed: &Testbed, config: &str) -> Self {
-        let scratch = ScratchDir::new("shedder-bed-").unwrap();
-        let config = scratch.write("shedder.toml", config).unwrap();
-        let mut cmd = bed.server.command(daemon_binary());
-        cmd.args(["run", "--no-pin", "--iface", &bed.server_if, "--attach", "xdp", "--report-every", "60"])
+        Self::start_in(&bed.server, &bed.server_if, config, &[]).unwrap()
+    }
+
+    /// Starts it in `ns` on `iface`, with `more_args` (say `--metrics-addr`),
+    /// and waits until its control socket listens.
+    pub fn start_in(ns: &Netns, iface: &str, config: &str, more_args: &[&str]) -> anyhow::Result<Self> {
+        let scratch = ScratchDir::new("shedder-bed-")?;
+        let config = scratch.write("shedder.toml", config)?;
+        let mut cmd = ns.command(daemon_binary());
+        cmd.args(["run", "--no-pin", "--iface", iface, "--attach", "xdp", "--report-every", "60"])
+            .args(more_args)
             .arg("--config")
             .arg(config)
             .arg("--socket")
             .arg(scratch.path().join("control.sock"));
-        let mut process = DaemonProcess::start(&mut cmd).unwrap();
-        process.wait_for("control socket listening", Duration::from_secs(30)).unwrap();
-        Self { process, scratch }
+        let mut process = DaemonProcess::start(&mut cmd)?;
+        process.wait_for("control socket listening", Duration::from_secs(30))?;
+        Ok(Self { process, scratch })
     }
 
     pub fn socket(&self) -> PathBuf {

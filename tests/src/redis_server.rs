@@ -17,6 +17,8 @@ const READY_WITHIN: Duration = Duration::from_secs(10);
 
 pub struct RedisServer {
     dir: ScratchDir,
+    /// The address it listens on: loopback, or one a test bed assigned.
+    bind: Ipv4Addr,
     port: u16,
     password: Option<String>,
     /// Serving TLS only, with a certificate for `localhost` from a CA of its own.
@@ -30,26 +32,32 @@ pub struct RedisServer {
 impl RedisServer {
     /// Starts a server on a free loopback port, requiring `password` if given.
     pub fn start(password: Option<&str>) -> anyhow::Result<Self> {
-        Self::start_with(password, false, None)
+        Self::start_with(password, false, None, Ipv4Addr::LOCALHOST)
     }
 
     /// Starts a server that speaks TLS only; [`Self::ca_file`] is its CA.
     pub fn start_tls() -> anyhow::Result<Self> {
-        Self::start_with(None, true, None)
+        Self::start_with(None, true, None, Ipv4Addr::LOCALHOST)
     }
 
     /// Starts a server on the loopback of `netns`.
     pub fn start_in(netns: &Netns, password: Option<&str>) -> anyhow::Result<Self> {
-        Self::start_with(password, false, Some(netns.name().to_string()))
+        Self::start_with(password, false, Some(netns.name().to_string()), Ipv4Addr::LOCALHOST)
     }
 
-    fn start_with(password: Option<&str>, tls: bool, netns: Option<String>) -> anyhow::Result<Self> {
+    /// Starts a server in `netns` on `bind`, an address the bed assigned
+    /// there, for hosts in other namespaces to reach.
+    pub fn start_on(netns: &Netns, bind: Ipv4Addr) -> anyhow::Result<Self> {
+        Self::start_with(None, false, Some(netns.name().to_string()), bind)
+    }
+
+    fn start_with(password: Option<&str>, tls: bool, netns: Option<String>, bind: Ipv4Addr) -> anyhow::Result<Self> {
         let port = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))?.local_addr()?.port();
         let dir = ScratchDir::new("redis")?;
         if tls {
             make_certificates(&dir)?;
         }
-        let mut server = Self { dir, port, password: password.map(str::to_string), tls, netns, process: None };
+        let mut server = Self { dir, bind, port, password: password.map(str::to_string), tls, netns, process: None };
         server.resume()?;
         Ok(server)
     }
@@ -64,7 +72,7 @@ impl RedisServer {
     }
 
     pub fn address(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.bind, self.port)
     }
 
     /// Kills the server (SIGKILL, by PID): everything it held is gone.
@@ -85,8 +93,10 @@ impl RedisServer {
         } else {
             command.args(["--port", &port]);
         }
+        // Explicitly bound: protected mode, which refuses non-loopback
+        // clients of a server without a password, is not wanted here.
         command
-            .args(["--bind", "127.0.0.1"])
+            .args(["--bind", &self.bind.to_string(), "--protected-mode", "no"])
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no", "--loglevel", "warning"])
             .arg("--dir")
             .arg(self.dir.path())
@@ -121,14 +131,14 @@ impl RedisServer {
     /// Whether a TCP connection to the port succeeds, from the server's namespace.
     fn listening(&self) -> bool {
         let mut probe = self.command("bash");
-        probe.args(["-c", &format!("exec 3<>/dev/tcp/127.0.0.1/{}", self.port)]).stderr(Stdio::null());
+        probe.args(["-c", &format!("exec 3<>/dev/tcp/{}/{}", self.bind, self.port)]).stderr(Stdio::null());
         probe.status().is_ok_and(|s| s.success())
     }
 
     /// Runs `redis-cli` against the server and returns its output.
     pub fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
         let mut command = self.command("redis-cli");
-        command.args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "--no-auth-warning"]);
+        command.args(["-h", &self.bind.to_string(), "-p", &self.port.to_string(), "--no-auth-warning"]);
         if let Some(password) = &self.password {
             command.args(["-a", password]);
         }

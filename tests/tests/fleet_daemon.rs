@@ -2,14 +2,11 @@
 //! (AUTH from a password file), and `/metrics` and its log show the fleet's
 //! state as Redis goes away and comes back. The password never shows.
 
-use std::{
-    io::{Read as _, Write as _},
-    net::{SocketAddr, TcpStream},
-    time::Duration,
-};
+use std::time::Duration;
 
 use shedder_tests::{
     daemon_process::{DaemonProcess, daemon_binary},
+    fleet_bed::scrape_metrics,
     netns::Netns,
     redis_server::RedisServer,
     scratch::ScratchDir,
@@ -45,16 +42,7 @@ chat = 400
 
 /// `/metrics`, scraped from inside the namespace.
 fn scrape(ns: &Netns) -> String {
-    ns.run(|| {
-        let addr: SocketAddr = METRICS.parse().unwrap();
-        let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).expect("metrics listening");
-        stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-        stream.write_all(b"GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
-        let mut answer = String::new();
-        let _ = stream.read_to_string(&mut answer);
-        answer
-    })
-    .unwrap()
+    scrape_metrics(ns, METRICS.parse().unwrap()).expect("metrics answer")
 }
 
 /// The fleet's lines of a scrape: its state and share, and the tenant's rate.

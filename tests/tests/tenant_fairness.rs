@@ -19,26 +19,22 @@
 //! The test needs the `shedder` binary (see `daemon_process::daemon_binary`).
 
 use std::{
-    io::{Read as _, Write as _},
-    net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpStream},
-    os::fd::AsRawFd as _,
+    net::{Ipv4Addr, SocketAddr, SocketAddrV4},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
     },
     thread::JoinHandle,
-    time::{Duration, Instant},
+    time::Duration,
 };
 
-use nix::sys::{
-    signal::Signal,
-    socket::{AddressFamily, SockFlag, SockType, SockaddrIn, bind, connect, socket},
-};
+use nix::sys::signal::Signal;
 use serde_json::Value;
 use shedder_daemon::api::ctl::{self, CtlOp};
 use shedder_tests::{
     bed_daemon::{BedDaemon, serve},
     netns::Testbed,
+    tenant_client::paced,
 };
 
 const PORT: u16 = 8000;
@@ -111,45 +107,6 @@ impl Daemon {
     }
 }
 
-/// One exchange on a new connection from `from`: true when it completed.
-fn exchange(from: Ipv4Addr, to: SocketAddrV4) -> bool {
-    let attempt = || -> anyhow::Result<bool> {
-        let fd = socket(AddressFamily::Inet, SockType::Stream, SockFlag::SOCK_CLOEXEC, None)?;
-        bind(fd.as_raw_fd(), &SockaddrIn::from(SocketAddrV4::new(from, 0)))?;
-        connect(fd.as_raw_fd(), &SockaddrIn::from(to))?;
-        let mut stream = TcpStream::from(fd);
-        stream.set_read_timeout(Some(Duration::from_secs(2)))?;
-        stream.write_all(b"ping")?;
-        let mut answer = Vec::new();
-        stream.read_to_end(&mut answer)?;
-        Ok(answer == b"done")
-    };
-    attempt().unwrap_or(false)
-}
-
-/// Exchanges from `from` at `rate` a second for `how_long`, on a fixed
-/// schedule (a late one is not made up for): (attempted, completed).
-fn paced(bed: &Testbed, from: Ipv4Addr, rate: f64, how_long: Duration) -> JoinHandle<anyhow::Result<(u64, u64)>> {
-    bed.client.spawn(move || {
-        let to = SocketAddrV4::new(Testbed::SERVER_V4, PORT);
-        let start = Instant::now();
-        let (mut attempted, mut completed) = (0, 0);
-        for i in 0..(rate * how_long.as_secs_f64()) as u32 {
-            let scheduled = start + Duration::from_secs_f64(f64::from(i) / rate);
-            if scheduled.saturating_duration_since(start) >= how_long {
-                break;
-            }
-            std::thread::sleep(scheduled.saturating_duration_since(Instant::now()));
-            if Instant::now() >= start + how_long {
-                break;
-            }
-            attempted += 1;
-            completed += u64::from(exchange(from, to));
-        }
-        (attempted, completed)
-    })
-}
-
 /// Runs each tenant's load at the given rates (the first tenant's split over
 /// [`FLOOD_THREADS`] when flooding) for `how_long`: (attempted, completed)
 /// per tenant.
@@ -158,7 +115,8 @@ fn phase(bed: &Testbed, rates: [f64; 3], how_long: Duration) -> Vec<(u64, u64)> 
     for (i, ((_, from), rate)) in TENANTS.iter().zip(rates).enumerate() {
         let threads = if rate > SHARE { FLOOD_THREADS } else { 1 };
         for _ in 0..threads {
-            handles.push((i, paced(bed, *from, rate / threads as f64, how_long)));
+            let to = SocketAddrV4::new(Testbed::SERVER_V4, PORT);
+            handles.push((i, paced(&bed.client, *from, to, rate / threads as f64, how_long)));
         }
     }
     let mut totals = vec![(0, 0); TENANTS.len()];

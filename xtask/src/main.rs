@@ -56,9 +56,10 @@ enum Task {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
-    /// Four fleet hosts (the daemon's fleet task, in one process) sharing two
-    /// tenants' quotas through one redis-server, live: per tenant and second,
-    /// what each host admitted against the quota while one tenant floods.
+    /// Four fleet hosts (a real `shedder run` each, in network namespaces)
+    /// sharing two tenants' quotas through one redis-server, live: per tenant
+    /// and second, what each host admitted against the quota while one tenant
+    /// floods, demand moves, and Redis stops and returns. Needs root.
     /// Arguments go to `shedder-fleet-demo` (try `-- --help`).
     Fleet {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]

@@ -1,83 +1,150 @@
-//! `cargo xtask fleet`: four hosts of a fleet share two tenants' quotas
-//! through one real redis-server, live. Each host runs the daemon's fleet
-//! task in this process and admits a fluid of connections at min(demand,
-//! share); every second the demo prints, per tenant, what each host admitted
-//! against the tenant's quota, while one tenant floods one host and the
-//! other tenant's demand moves between hosts.
+//! `cargo xtask fleet`: four fleet hosts, each a real `shedder run` on XDP in
+//! a network namespace of its own, share two tenants' quotas through one
+//! redis-server (the bed of `fleet_bed`). Real TCP clients send from each
+//! tenant's addresses; every second the demo prints, per tenant, what each
+//! host admitted (its `/metrics`) against the quota, while one tenant floods
+//! one host, the other's demand moves, and then Redis stops and returns.
+//!
+//! Ctrl-C or SIGTERM ends it after the phase under way; the bed (namespaces,
+//! daemons, Redis) goes with it.
 
-use std::time::Duration;
-
-use clap::Parser;
-use shedder_tests::{
-    fleet_sim::{SimHost, settings},
-    redis_server::RedisServer,
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::Duration,
 };
-use tokio::time::{Instant, sleep_until};
+
+use anyhow::Context as _;
+use clap::Parser;
+use shedder_tests::fleet_bed::{FleetBed, FleetTenant};
 
 const HOSTS: usize = 4;
-const QUOTAS: [(&str, f64); 2] = [("a", 1000.0), ("b", 400.0)];
+const TENANTS: [FleetTenant; 2] =
+    [FleetTenant { name: "a", quota: 400.0, burst: 20.0 }, FleetTenant { name: "b", quota: 200.0, burst: 20.0 }];
 
 #[derive(Parser)]
-#[command(about = "Four fleet hosts sharing tenants' quotas through one redis-server, live")]
+#[command(about = "Four real shedder hosts sharing tenants' quotas through one redis-server, live (needs root)")]
 struct Args {
-    /// Seconds of each phase (quiet, b floods host 2, a's demand moves to host 0).
+    /// Seconds of each of the five phases.
     #[arg(long, default_value = "4")]
     phase: u64,
-    /// The fleet's tick, ms (the lease is 10 ticks).
-    #[arg(long, default_value = "100")]
-    tick_ms: u64,
 }
 
-/// (from second, tenant, demand per host, what happens)
-fn timeline(phase: u64) -> Vec<(u64, &'static str, [f64; HOSTS], &'static str)> {
-    vec![
-        (0, "a", [300.0; HOSTS], "a asks 1200/s of its 1000, evenly"),
-        (0, "b", [50.0; HOSTS], "b asks 200/s of its 400"),
-        (phase, "b", [50.0, 50.0, 5000.0, 50.0], "b floods h2 (5000/s)"),
-        (2 * phase, "a", [900.0, 100.0, 100.0, 100.0], "a's demand moves to h0"),
-    ]
+/// What Redis does at a phase's start.
+#[derive(Clone, Copy, PartialEq)]
+enum Redis {
+    Runs,
+    Stops,
+    Returns,
 }
 
-#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
-async fn main() -> anyhow::Result<()> {
+/// One phase: what happens, each tenant's demand per host, and Redis.
+struct Phase {
+    what: &'static str,
+    a: [f64; HOSTS],
+    b: [f64; HOSTS],
+    redis: Redis,
+}
+
+const PHASES: [Phase; 5] = [
+    Phase {
+        what: "a asks 480/s of its 400, evenly; b 100/s of its 200",
+        a: [120.0; HOSTS],
+        b: [25.0; HOSTS],
+        redis: Redis::Runs,
+    },
+    Phase { what: "b floods h2 (1000/s)", a: [120.0; HOSTS], b: [25.0, 25.0, 1000.0, 25.0], redis: Redis::Runs },
+    Phase {
+        what: "a's demand moves to h0 (360/s there)",
+        a: [360.0, 40.0, 40.0, 40.0],
+        b: [25.0, 25.0, 1000.0, 25.0],
+        redis: Redis::Runs,
+    },
+    Phase {
+        what: "redis-server stops: each host holds its leases, then takes its local share (a quarter)",
+        a: [360.0, 40.0, 40.0, 40.0],
+        b: [25.0, 25.0, 1000.0, 25.0],
+        redis: Redis::Stops,
+    },
+    Phase {
+        what: "redis-server is back, empty",
+        a: [360.0, 40.0, 40.0, 40.0],
+        b: [25.0, 25.0, 1000.0, 25.0],
+        redis: Redis::Returns,
+    },
+];
+
+/// Set on Ctrl-C or SIGTERM: end after the phase under way.
+fn stop_on_signals() -> anyhow::Result<Arc<AtomicBool>> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let mut terminate = runtime
+        .block_on(async { tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) })
+        .context("catching SIGTERM")?;
+    let flag = stop.clone();
+    std::thread::spawn(move || {
+        runtime.block_on(async {
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = terminate.recv() => {}
+            }
+        });
+        println!("--- stopping after this phase");
+        flag.store(true, Ordering::SeqCst);
+    });
+    Ok(stop)
+}
+
+fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let redis = RedisServer::start(None)?;
-    let timing = (args.tick_ms, args.tick_ms * 10);
-    let start = Instant::now();
-    let hosts: Vec<SimHost> = (0..HOSTS)
-        .map(|i| SimHost::start(settings(&redis.address(), &format!("h{i}"), "demo", timing, &QUOTAS), start))
-        .collect();
-    println!("redis-server on {}; quotas a = 1000/s, b = 400/s; tick {} ms", redis.address(), args.tick_ms);
-    println!("(the first second is a new fleet's grace: local shares, a quarter of each quota per host)\n");
+    let stop = stop_on_signals()?;
+    println!("starting {HOSTS} hosts (a namespace, a veth, shedder run and a backend each) and redis-server ...");
+    let mut bed = FleetBed::start(HOSTS, &TENANTS)?;
+    bed.wait_all("fleet: synced")?;
+    println!("redis-server on {}; quotas a = 400/s, b = 200/s; tick 100 ms, lease 1 s", bed.redis.address());
+    println!("admitted connections per second, from each host's /metrics\n");
     println!(
-        "{:>3}  {:<6} {:>6}  {:>7} {:>7} {:>7} {:>7}  {:>7}  {:>6}",
+        "{:>3}  {:<6} {:>6}  {:>6} {:>6} {:>6} {:>6}  {:>6}  {:>6}",
         "s", "tenant", "quota", "h0", "h1", "h2", "h3", "fleet", "/quota"
     );
-    let steps = timeline(args.phase);
-    let seconds = 3 * args.phase;
-    for second in 0..seconds {
-        for (at, tenant, demands, what) in &steps {
-            if *at == second {
-                println!("--- {what}");
-                for (host, demand) in hosts.iter().zip(demands) {
-                    host.set_demand(tenant, *demand);
-                }
+    let mut states = Vec::new();
+    for (n, phase) in PHASES.iter().enumerate() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        println!("--- {}", phase.what);
+        match phase.redis {
+            Redis::Runs => {}
+            Redis::Stops => bed.redis.kill(),
+            Redis::Returns => bed.redis.resume()?,
+        }
+        // The clients run a little past the phase's last sample.
+        let load = bed.offer(&[("a", &phase.a), ("b", &phase.b)], Duration::from_millis(args.phase * 1000 + 500));
+        bed.every_second(args.phase, |second, before, now| {
+            let second = n as u64 * args.phase + second;
+            for tenant in TENANTS {
+                let per_host = now.admitted_rates(before, tenant.name);
+                let fleet: f64 = per_host.iter().sum();
+                let cells: Vec<String> = per_host.iter().map(|r| format!("{r:>6.0}")).collect();
+                println!(
+                    "{second:>3}  {:<6} {:>6.0}  {}  {fleet:>6.0}  {:>6.3}",
+                    tenant.name,
+                    tenant.quota,
+                    cells.join(" "),
+                    fleet / tenant.quota
+                );
             }
-        }
-        sleep_until(start + Duration::from_secs(second + 1)).await;
-        for (tenant, quota) in QUOTAS {
-            let per_host: Vec<f64> =
-                hosts.iter().map(|h| h.bins(tenant).get(second as usize).copied().unwrap_or(0.0)).collect();
-            let total: f64 = per_host.iter().sum();
-            let cells: Vec<String> = per_host.iter().map(|n| format!("{n:>7.0}")).collect();
-            println!(
-                "{second:>3}  {tenant:<6} {quota:>6.0}  {}  {total:>7.0}  {:>6.3}",
-                cells.join(" "),
-                total / quota
-            );
-        }
+            let now_states = now.states();
+            if now_states != states {
+                let named: Vec<String> =
+                    bed.hosts.iter().zip(&now_states).map(|(h, s)| format!("{} {s}", h.name)).collect();
+                println!("     fleet state: {}", named.join(", "));
+                states = now_states;
+            }
+        })?;
+        load.join()?;
     }
-    let states: Vec<String> = hosts.iter().map(|h| format!("{} {}", h.name, h.view().state)).collect();
-    println!("\nstates: {}", states.join(", "));
     Ok(())
 }
