@@ -4,7 +4,7 @@
 //! daemon. Bucket state (`BUCKETS`) lives in its own map, so rewriting a class's
 //! configuration never resets what its bucket has already spent.
 
-use crate::{bucket::BucketParams, classify::Mode, tenant::Fit, verdict::Outcome};
+use crate::{bucket::BucketParams, classify::Mode};
 
 /// Number of classes the datapath can hold.
 pub const MAX_CLASSES: u32 = 64;
@@ -133,19 +133,6 @@ pub struct ClassCounters {
 }
 
 impl ClassCounters {
-    /// Counts one classified SYN.
-    #[inline(always)]
-    pub fn count(&mut self, outcome: Outcome) {
-        self.seen += 1;
-        match outcome {
-            Outcome::Admitted => self.admitted += 1,
-            Outcome::Dropped => self.dropped += 1,
-            Outcome::Rejected => self.rejected += 1,
-            Outcome::Marked => self.marked += 1,
-            Outcome::WouldShed => self.would_shed += 1,
-        }
-    }
-
     /// Adds another CPU's (or another snapshot's) counts.
     pub fn add(&mut self, other: &Self) {
         self.seen += other.seen;
@@ -171,16 +158,6 @@ pub struct TenantCounters {
 }
 
 impl TenantCounters {
-    /// Counts one charged SYN of the tenant.
-    #[inline(always)]
-    pub fn count(&mut self, fit: Fit) {
-        match fit {
-            Fit::Both => self.admitted += 1,
-            Fit::OverTenant => self.over_tenant += 1,
-            Fit::OverClass => self.over_class += 1,
-        }
-    }
-
     /// Adds another CPU's (or another snapshot's) counts.
     pub fn add(&mut self, other: &Self) {
         self.admitted += other.admitted;

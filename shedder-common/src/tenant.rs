@@ -9,6 +9,8 @@
 //! connection that was not admitted costs its tenant nothing. A SYN from no
 //! tenant's addresses is charged to its class alone.
 
+use crate::maps::TenantCounters;
+
 /// Where a SYN's charge stopped.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fit {
@@ -51,6 +53,18 @@ pub fn charge_both<B: Buckets>(buckets: &mut B, has_tenant: bool) -> Fit {
         buckets.refund_tenant();
     }
     Fit::OverClass
+}
+
+impl TenantCounters {
+    /// Counts one charged SYN of the tenant.
+    #[inline(always)]
+    pub fn count(&mut self, fit: Fit) {
+        match fit {
+            Fit::Both => self.admitted += 1,
+            Fit::OverTenant => self.over_tenant += 1,
+            Fit::OverClass => self.over_class += 1,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,9 @@
 //! The decision for one classified SYN.
 
-use crate::{classify::Mode, maps::Action};
+use crate::{
+    classify::Mode,
+    maps::{Action, ClassCounters},
+};
 
 /// The one outcome each classified SYN gets (and the counter it lands in).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -31,6 +34,21 @@ pub fn decide(mode: Mode, action: Action, fits: bool) -> Outcome {
         Action::Drop => Outcome::Dropped,
         Action::Reject => Outcome::Rejected,
         Action::Mark => Outcome::Marked,
+    }
+}
+
+impl ClassCounters {
+    /// Counts one classified SYN.
+    #[inline(always)]
+    pub fn count(&mut self, outcome: Outcome) {
+        self.seen += 1;
+        match outcome {
+            Outcome::Admitted => self.admitted += 1,
+            Outcome::Dropped => self.dropped += 1,
+            Outcome::Rejected => self.rejected += 1,
+            Outcome::Marked => self.marked += 1,
+            Outcome::WouldShed => self.would_shed += 1,
+        }
     }
 }
 
