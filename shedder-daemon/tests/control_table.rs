@@ -94,7 +94,8 @@ fn the_budget_the_controller_decides_is_the_one_the_fast_path_enforces() {
             for _ in 0..5 {
                 memory_bed::syn(&fastpath, 8000);
             }
-            inbox.push(vec![job; 10]).unwrap();
+            // ... and as many jobs complete.
+            inbox.push(vec![job; 5]).unwrap();
             decisions.extend(daemon.control_mut().tick(TICK * tick, monotonic_ns()).unwrap());
         }
         let rate = enforced_rate(&fastpath, "interactive");
