@@ -11,7 +11,10 @@ use std::{
 };
 
 use shedder_daemon::{
-    api::ctl::{self, CtlOp},
+    api::{
+        ctl::{self, CtlOp},
+        protocol::{ModeOrInherit, SetMode},
+    },
     config::Config,
     daemon::Daemon,
     fastpath::{AttachKind, Attachment},
@@ -85,13 +88,13 @@ fn observe_then_enforce_one_class_then_roll_back() {
     assert_eq!(counters(&socket, "api"), (6, 0, 0, 6));
 
     // 2. Enforce the one class: its excess is rejected (RST), the other class untouched.
-    let v = op(&socket, CtlOp::SetMode { mode: "enforce".into(), class: Some("api".into()) });
+    let v = op(&socket, CtlOp::SetMode(SetMode { mode: ModeOrInherit::Enforce, class: Some("api".into()) }));
     assert_eq!(v, 2);
     assert_eq!(attempts(4), 0, "over budget: every attempt rejected");
     assert_eq!(counters(&socket, "api"), (10, 0, 4, 6));
 
     // 3. Roll back: shedding stops, the counters carry on from where they were.
-    let v = op(&socket, CtlOp::SetMode { mode: "inherit".into(), class: Some("api".into()) });
+    let v = op(&socket, CtlOp::SetMode(SetMode { mode: ModeOrInherit::Inherit, class: Some("api".into()) }));
     assert_eq!(v, 3);
     assert_eq!(attempts(3), 3);
     assert_eq!(counters(&socket, "api"), (13, 0, 4, 9));

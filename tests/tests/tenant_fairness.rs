@@ -30,7 +30,10 @@ use std::{
 
 use nix::sys::signal::Signal;
 use serde_json::Value;
-use shedder_daemon::api::ctl::{self, CtlOp};
+use shedder_daemon::api::{
+    ctl::{self, CtlOp},
+    protocol::SetTenant,
+};
 use shedder_tests::{
     bed_daemon::{BedDaemon, serve},
     netns::Testbed,
@@ -199,12 +202,8 @@ fn a_flooding_tenant_takes_only_what_the_others_leave() {
     }
     // A tenant's share is set live; a bad value is refused and changes nothing.
     let set = |op: CtlOp| ctl::exit_code(&ctl::call(&daemon.socket(), &ctl::request(&op).unwrap()).unwrap());
-    let tenant = |name: &str, rate: Option<f64>, weight: Option<f64>| CtlOp::SetTenant {
-        tenant: name.into(),
-        cidrs: None,
-        rate,
-        burst: None,
-        weight,
+    let tenant = |name: &str, rate: Option<f64>, weight: Option<f64>| {
+        CtlOp::SetTenant(SetTenant { tenant: name.into(), cidrs: None, rate, burst: None, weight })
     };
     assert_eq!(set(tenant("calm", None, Some(0.0))), ctl::EXIT_INVALID);
     assert_eq!(set(tenant("noisy", Some(300.0), None)), ctl::EXIT_OK);

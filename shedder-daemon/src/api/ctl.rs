@@ -12,10 +12,16 @@ use std::{
 };
 
 use clap::{Args, Subcommand};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
 
-use super::{SOCKET_DIR, default_socket, protocol::MAX_LINE};
-use crate::config::ActionName;
+use super::{
+    SOCKET_DIR, args, default_socket,
+    protocol::{
+        Admit, ApiError, ConfigAnswer, DecisionsAnswer, Empty, ErrorCode, MAX_LINE, Request, Sample, Sampled, SetClass,
+        SetMode, SetRules, SetTenant, StatusAnswer, VersionAnswer, decode,
+    },
+};
 
 pub const EXIT_OK: i32 = 0;
 pub const EXIT_OTHER: i32 = 1;
@@ -42,6 +48,8 @@ pub struct CtlArgs {
     pub op: CtlOp,
 }
 
+/// The subcommands: the control socket's requests, their fields spelled as
+/// the request types spell them.
 #[derive(Subcommand, Debug)]
 pub enum CtlOp {
     /// Mode, classes, budgets, counters, slack, GPU, versions.
@@ -49,62 +57,12 @@ pub enum CtlOp {
     /// The running configuration.
     GetConfig,
     /// Change some fields of one class (the others keep their values).
-    SetClass {
-        class: String,
-        #[arg(long, value_parser = parse_amount)]
-        rate: Option<f64>,
-        #[arg(long, value_parser = parse_amount)]
-        burst: Option<f64>,
-        #[arg(long, value_parser = parse_amount)]
-        cost: Option<f64>,
-        #[arg(long, value_parser = parse_action)]
-        action: Option<ActionName>,
-        #[arg(long)]
-        mark_dscp: Option<u8>,
-        /// off | observe | enforce | inherit
-        #[arg(long)]
-        mode: Option<String>,
-        #[arg(long, value_parser = parse_amount)]
-        deadline_ms: Option<f64>,
-        #[arg(long, value_parser = parse_amount)]
-        safety_ms: Option<f64>,
-        #[arg(long)]
-        opportunistic: Option<bool>,
-        /// critical | standard | sheddable | default
-        #[arg(long, value_parser = parse_tier)]
-        tier: Option<Value>,
-        /// Share of its tier's capacity, relative to the tier's other classes.
-        #[arg(long, value_parser = parse_amount)]
-        weight: Option<f64>,
-        /// Let the controller set the budget between MIN and MAX jobs/s
-        /// (MIN:MAX), or `none` to go back to the static rate.
-        #[arg(long, value_parser = parse_adaptive)]
-        adaptive: Option<Value>,
-        /// The class's prior, as JSON: {"service_p50_ms": 120, "service_p95_ms": 400}, or null.
-        #[arg(long, value_parser = |s: &str| parse_json("--prior", s))]
-        prior: Option<Value>,
-    },
+    SetClass(SetClass),
     /// Change some fields of one tenant, or add a tenant (which then needs
     /// --cidrs, --rate and --burst).
-    SetTenant {
-        tenant: String,
-        /// Comma-separated source networks: 10.1.0.0/16,fd01::/64
-        #[arg(long, value_delimiter = ',')]
-        cidrs: Option<Vec<String>>,
-        #[arg(long, value_parser = parse_amount)]
-        rate: Option<f64>,
-        #[arg(long, value_parser = parse_amount)]
-        burst: Option<f64>,
-        #[arg(long, value_parser = parse_amount)]
-        weight: Option<f64>,
-    },
+    SetTenant(SetTenant),
     /// The global mode, or one class's with --class.
-    SetMode {
-        /// off | observe | enforce (inherit, for a class)
-        mode: String,
-        #[arg(long)]
-        class: Option<String>,
-    },
+    SetMode(SetMode),
     /// Replace every classification rule at once; RULES is a JSON array of
     /// rules (`[{"class": "web", "dst_port": 8000}]`), or @FILE to read it
     /// from a file (one argument holds at most 128 KiB; every CIDR rule the
@@ -116,45 +74,25 @@ pub enum CtlOp {
     /// `{"class", "queue_age_ms", "service_ms", "late_by_ms"?}`.
     Sample { samples: String },
     /// Ask whether a job may start.
-    Admit {
-        class: String,
-        #[arg(long)]
-        deadline_ms: f64,
-        #[arg(long)]
-        now_ms: f64,
-        #[arg(long)]
-        queue_age_ms: Option<f64>,
-        #[arg(long)]
-        queued_at_ms: Option<f64>,
-    },
+    Admit(Admit),
     /// The latest budget decisions.
-    Decisions {
-        #[arg(short, default_value_t = 20)]
-        n: usize,
-    },
+    Decisions(super::protocol::Decisions),
     /// The daemon's version.
     Version,
     /// Send one request line as is.
     Raw { json: String },
 }
 
-/// A number that is neither NaN, infinite nor negative (JSON carries none
-/// of the first two, and no field takes the last).
-fn parse_amount(text: &str) -> Result<f64, String> {
-    let value: f64 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
-    if value.is_nan() {
-        Err("NaN is not a number".into())
-    } else if value.is_infinite() {
-        Err(format!("{text} is infinite"))
-    } else if value < 0.0 {
-        Err(format!("{text} is negative"))
-    } else {
-        Ok(value)
-    }
+/// What `shedder ctl` sends: a request, or (`raw`) any JSON at all.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(untagged)]
+pub enum Line {
+    Request(Box<Request>),
+    Raw(Value),
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
-    let secs = parse_amount(text)?;
+    let secs = args::amount(text)?;
     if secs == 0.0 || secs > 3600.0 {
         return Err(format!("{text} s: must be more than 0 and at most 3600"));
     }
@@ -198,176 +136,66 @@ fn argument_or_file(text: &str) -> Result<String, String> {
     }
 }
 
-fn parse_action(s: &str) -> Result<ActionName, String> {
-    serde_json::from_value(json!(s)).map_err(|_| format!("{s:?}: drop, reject or mark"))
-}
-
-fn parse_tier(s: &str) -> Result<Value, String> {
-    match s {
-        "default" => Ok(Value::Null),
-        "critical" | "standard" | "sheddable" => Ok(json!(s)),
-        _ => Err(format!("{s:?}: critical, standard, sheddable or default")),
-    }
-}
-
-/// `MIN:MAX` as the adaptive budget's bounds, `none` as null.
-fn parse_adaptive(s: &str) -> Result<Value, String> {
-    if s == "none" {
-        return Ok(Value::Null);
-    }
-    let (min, max) = s.split_once(':').ok_or_else(|| format!("{s:?}: MIN:MAX (jobs/s) or none"))?;
-    Ok(json!({"min_rate": parse_amount(min)?, "max_rate": parse_amount(max)?}))
-}
-
-fn parse_json(what: &str, text: &str) -> Result<Value, String> {
-    serde_json::from_str(text).map_err(|e| format!("{what}: not valid JSON: {e}"))
-}
-
-/// The request line for `op`.
-pub fn request(op: &CtlOp) -> Result<Value, String> {
-    Ok(match op {
-        CtlOp::Status => json!({"op": "status"}),
-        CtlOp::GetConfig => json!({"op": "get_config"}),
-        CtlOp::SetClass {
-            class,
-            rate,
-            burst,
-            cost,
-            action,
-            mark_dscp,
-            mode,
-            deadline_ms,
-            safety_ms,
-            opportunistic,
-            tier,
-            weight,
-            adaptive,
-            prior,
-        } => {
-            let mut r = json!({"op": "set_class", "class": class});
-            let mut set = |k: &str, v: Value| {
-                r[k] = v;
-            };
-            if let Some(v) = rate {
-                set("rate", json!(v));
-            }
-            if let Some(v) = burst {
-                set("burst", json!(v));
-            }
-            if let Some(v) = cost {
-                set("cost", json!(v));
-            }
-            if let Some(v) = action {
-                set("action", json!(v));
-            }
-            if let Some(v) = mark_dscp {
-                set("mark_dscp", json!(v));
-            }
-            if let Some(v) = mode {
-                set("mode", if v == "inherit" { Value::Null } else { json!(v) });
-            }
-            if let Some(v) = deadline_ms {
-                set("deadline_ms", json!(v));
-            }
-            if let Some(v) = safety_ms {
-                set("safety_ms", json!(v));
-            }
-            if let Some(v) = opportunistic {
-                set("opportunistic", json!(v));
-            }
-            for (key, value) in [
-                ("tier", tier.clone()),
-                ("weight", weight.map(|v| json!(v))),
-                ("adaptive", adaptive.clone()),
-                ("prior", prior.clone()),
-            ] {
-                if let Some(v) = value {
-                    set(key, v);
-                }
-            }
-            r
-        }
-        CtlOp::SetTenant { tenant, cidrs, rate, burst, weight } => {
-            let mut r = json!({"op": "set_tenant", "tenant": tenant});
-            for (key, value) in [
-                ("cidrs", cidrs.as_ref().map(|c| json!(c))),
-                ("rate", rate.map(|v| json!(v))),
-                ("burst", burst.map(|v| json!(v))),
-                ("weight", weight.map(|v| json!(v))),
-            ] {
-                if let Some(value) = value {
-                    r[key] = value;
-                }
-            }
-            r
-        }
-        CtlOp::SetMode { mode, class } => match class {
-            Some(class) => json!({"op": "set_mode", "mode": mode, "class": class}),
-            None => json!({"op": "set_mode", "mode": mode}),
-        },
+/// The line to send for `op`.
+pub fn request(op: &CtlOp) -> Result<Line, String> {
+    Ok(Line::Request(Box::new(match op {
+        CtlOp::Status => Request::Status(Empty {}),
+        CtlOp::GetConfig => Request::GetConfig(Empty {}),
+        CtlOp::SetClass(patch) => Request::SetClass(patch.clone()),
+        CtlOp::SetTenant(patch) => Request::SetTenant(patch.clone()),
+        CtlOp::SetMode(set) => Request::SetMode(set.clone()),
         CtlOp::SetRules { rules } => {
-            json!({"op": "set_rules", "rules": parse_json("RULES", &argument_or_file(rules)?)?})
+            let rules = args::json(&argument_or_file(rules)?).map_err(|e| format!("RULES: {e}"))?;
+            Request::SetRules(SetRules { rules })
         }
-        CtlOp::Reload => json!({"op": "reload"}),
-        CtlOp::Sample { samples } => json!({"op": "sample", "samples": parse_json("SAMPLES", samples)?}),
-        CtlOp::Admit { class, deadline_ms, now_ms, queue_age_ms, queued_at_ms } => {
-            let mut r = json!({"op": "admit", "class": class, "deadline_ms": deadline_ms, "now_ms": now_ms});
-            if let Some(v) = queue_age_ms {
-                r["queue_age_ms"] = json!(v);
-            }
-            if let Some(v) = queued_at_ms {
-                r["queued_at_ms"] = json!(v);
-            }
-            r
+        CtlOp::Reload => Request::Reload(Empty {}),
+        CtlOp::Sample { samples } => {
+            Request::Sample(Sample { samples: args::json(samples).map_err(|e| format!("SAMPLES: {e}"))? })
         }
-        CtlOp::Decisions { n } => json!({"op": "decisions", "n": n}),
-        CtlOp::Version => json!({"op": "version"}),
-        CtlOp::Raw { json } => parse_json("the request", json)?,
-    })
+        CtlOp::Admit(admit) => Request::Admit(admit.clone()),
+        CtlOp::Decisions(decisions) => Request::Decisions(decisions.clone()),
+        CtlOp::Version => Request::Version(Empty {}),
+        CtlOp::Raw { json } => return args::json(json).map(Line::Raw).map_err(|e| format!("the request: {e}")),
+    })))
 }
 
 /// Why a call got no answer.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
 pub enum CallError {
     /// Could not connect.
+    #[error("cannot reach the daemon: {0}")]
     Unreachable(std::io::Error),
     /// No answer in time: the daemon is stopped, stuck, or swamped.
+    #[error("no answer within {} s (is the daemon stopped?)", .0.as_secs_f64())]
     Timeout(Duration),
     /// Connected, but the exchange failed.
+    #[error("talking to the daemon: {0}")]
     Io(std::io::Error),
     /// The answer was not JSON.
+    #[error("the daemon's answer is not JSON: {0}")]
     BadAnswer(String),
 }
 
-impl std::fmt::Display for CallError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Self::Unreachable(e) => write!(f, "cannot reach the daemon: {e}"),
-            Self::Timeout(t) => write!(f, "no answer within {} s (is the daemon stopped?)", t.as_secs_f64()),
-            Self::Io(e) => write!(f, "talking to the daemon: {e}"),
-            Self::BadAnswer(e) => write!(f, "the daemon's answer is not JSON: {e}"),
-        }
-    }
-}
-
 /// Sends one request and reads its answer, waiting at most 30 s.
-pub fn call(socket: &Path, request: &Value) -> Result<Value, CallError> {
+pub fn call(socket: &Path, request: &impl Serialize) -> Result<Value, CallError> {
     call_within(socket, request, Duration::from_secs(30))
 }
 
 /// Sends one request and reads its answer, waiting at most `timeout` in
 /// all. `connect` alone can block for good (a stopped daemon's backlog
 /// full), so the exchange runs on a thread of its own.
-pub fn call_within(socket: &Path, request: &Value, timeout: Duration) -> Result<Value, CallError> {
+pub fn call_within(socket: &Path, request: &impl Serialize, timeout: Duration) -> Result<Value, CallError> {
+    let mut line = serde_json::to_vec(request).expect("requests serialise");
+    line.push(b'\n');
     let (tx, answer) = std::sync::mpsc::channel();
-    let (socket, request) = (socket.to_path_buf(), request.clone());
+    let socket = socket.to_path_buf();
     std::thread::spawn(move || {
-        let _ = tx.send(exchange(&socket, &request, timeout));
+        let _ = tx.send(exchange(&socket, &line, timeout));
     });
     answer.recv_timeout(timeout).unwrap_or(Err(CallError::Timeout(timeout)))
 }
 
-fn exchange(socket: &Path, request: &Value, timeout: Duration) -> Result<Value, CallError> {
+fn exchange(socket: &Path, line: &[u8], timeout: Duration) -> Result<Value, CallError> {
     let mut stream = UnixStream::connect(socket).map_err(CallError::Unreachable)?;
     stream.set_read_timeout(Some(timeout)).map_err(CallError::Io)?;
     stream.set_write_timeout(Some(timeout)).map_err(CallError::Io)?;
@@ -376,23 +204,31 @@ fn exchange(socket: &Path, request: &Value, timeout: Duration) -> Result<Value, 
         std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => CallError::Timeout(timeout),
         _ => CallError::Io(e),
     };
-    let mut line = serde_json::to_vec(request).expect("JSON values serialise");
-    line.push(b'\n');
-    stream.write_all(&line).map_err(failed)?;
+    stream.write_all(line).map_err(failed)?;
     let mut answer = String::new();
     BufReader::new(std::io::Read::take(&stream, (MAX_LINE * 64) as u64)).read_line(&mut answer).map_err(failed)?;
     serde_json::from_str(&answer).map_err(|e| CallError::BadAnswer(format!("{e}: {answer:?}")))
 }
 
+/// The exit code for an error code.
+fn exit_code_of(code: ErrorCode) -> i32 {
+    match code {
+        ErrorCode::BadJson
+        | ErrorCode::BadRequest
+        | ErrorCode::UnknownOp
+        | ErrorCode::TooLong
+        | ErrorCode::InvalidConfig => EXIT_INVALID,
+        ErrorCode::Refused => EXIT_REFUSED,
+        ErrorCode::Unavailable | ErrorCode::Internal => EXIT_OTHER,
+    }
+}
+
 /// The exit code for an answer.
 pub fn exit_code(answer: &Value) -> i32 {
-    if answer["ok"] == json!(true) {
-        return EXIT_OK;
-    }
-    match answer["error"]["code"].as_str() {
-        Some("bad_json" | "bad_request" | "unknown_op" | "too_long" | "invalid_config") => EXIT_INVALID,
-        Some("refused") => EXIT_REFUSED,
-        _ => EXIT_OTHER,
+    match decode::<serde::de::IgnoredAny>(answer) {
+        Ok(Ok(_)) => EXIT_OK,
+        Ok(Err(e)) => exit_code_of(e.code),
+        Err(_) => EXIT_OTHER,
     }
 }
 
@@ -425,73 +261,79 @@ pub fn run(args: &CtlArgs) -> i32 {
     let code = exit_code(&answer);
     if args.json {
         println!("{answer}");
-    } else if code != EXIT_OK {
-        eprintln!(
-            "shedder ctl: {}: {}",
-            answer["error"]["code"].as_str().unwrap_or("error"),
-            answer["error"]["message"].as_str().unwrap_or("(no message)")
-        );
-    } else {
-        print!("{}", human(&args.op, &answer));
+        return code;
+    }
+    match human(&args.op, &answer) {
+        Ok(Ok(text)) => print!("{text}"),
+        Ok(Err(e)) => eprintln!("shedder ctl: {e}"),
+        Err(e) => {
+            eprintln!("shedder ctl: the daemon's answer does not read as expected ({e}): {answer}");
+            return EXIT_OTHER;
+        }
     }
     code
 }
 
-fn num(v: &Value, decimals: usize) -> String {
-    match v.as_f64() {
-        Some(x) => format!("{x:.decimals$}"),
-        None => "-".into(),
-    }
+/// A figure with `decimals` digits, or `-`.
+fn num(v: Option<f64>, decimals: usize) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.decimals$}"))
 }
 
 /// A token amount as the config would write it: every digit down to the
 /// datapath's resolution of 0.001, and none after (0.001, 2.5, 100).
-fn tokens(v: &Value) -> String {
-    match v.as_f64() {
-        Some(x) => format!("{}", (x * 1000.0).round() / 1000.0),
-        None => "-".into(),
-    }
+fn tokens(v: Option<f64>) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{}", (x * 1000.0).round() / 1000.0))
 }
 
-/// The answer for people.
-pub fn human(op: &CtlOp, a: &Value) -> String {
-    match op {
-        CtlOp::Status => status_table(a),
-        CtlOp::GetConfig => {
-            let config: Result<crate::config::Config, _> = serde_json::from_value(a["config"].clone());
-            match config.ok().and_then(|c| toml::to_string_pretty(&c).ok()) {
-                Some(text) => format!("# config version {}\n{text}", a["config_version"]),
-                None => format!("{:#}\n", a["config"]),
-            }
-        }
-        CtlOp::Decisions { .. } => {
-            let mut out = String::new();
-            for d in a["decisions"].as_array().into_iter().flatten() {
-                out += &decision_line(d);
-                out.push('\n');
-            }
-            if out.is_empty() { "no decisions yet\n".into() } else { out }
-        }
-        CtlOp::Version => format!(
-            "shedder daemon {} (protocol {}, config version {})\n",
-            a["version"].as_str().unwrap_or("?"),
-            a["protocol"],
-            a["config_version"]
-        ),
-        CtlOp::Sample { .. } => format!("accepted {} samples\n", a["accepted"]),
-        CtlOp::Admit { .. } => {
-            let mut out = format!("{}: slack {} ms", a["verdict"].as_str().unwrap_or("?"), num(&a["slack_ms"], 0));
-            if let Some(ms) = a["retry_after_ms"].as_u64() {
-                out += &format!(", retry after {ms} ms");
-            }
-            out + "\n"
-        }
-        CtlOp::Raw { .. } => format!("{a:#}\n"),
-        _ => match a.get("config_version") {
-            Some(v) => format!("ok: config version {v}\n"),
-            None => "ok\n".into(),
+/// The answer for people, or the daemon's error; `Err` when the answer is
+/// not the one `op` expects.
+pub fn human(op: &CtlOp, answer: &Value) -> Result<Result<String, ApiError>, serde_json::Error> {
+    Ok(Ok(match op {
+        CtlOp::Status => match decode::<StatusAnswer>(answer)? {
+            Ok(status) => status_table(&status),
+            Err(e) => return Ok(Err(e)),
         },
-    }
+        CtlOp::GetConfig => match decode::<ConfigAnswer>(answer)? {
+            Ok(a) => match toml::to_string_pretty(&a.config) {
+                Ok(text) => format!("# config version {}\n{text}", a.config_version),
+                Err(_) => format!("{:#}\n", answer["config"]),
+            },
+            Err(e) => return Ok(Err(e)),
+        },
+        CtlOp::Decisions(_) => match decode::<DecisionsAnswer>(answer)? {
+            Ok(a) if a.decisions.is_empty() => "no decisions yet\n".into(),
+            Ok(a) => a.decisions.iter().map(|d| decision_line(d) + "\n").collect(),
+            Err(e) => return Ok(Err(e)),
+        },
+        CtlOp::Version => match decode::<VersionAnswer>(answer)? {
+            Ok(a) => {
+                format!("shedder daemon {} (protocol {}, config version {})\n", a.version, a.protocol, a.config_version)
+            }
+            Err(e) => return Ok(Err(e)),
+        },
+        CtlOp::Sample { .. } => match decode::<Sampled>(answer)? {
+            Ok(a) => format!("accepted {} samples\n", a.accepted),
+            Err(e) => return Ok(Err(e)),
+        },
+        CtlOp::Admit(_) => match decode::<super::protocol::AdmitAnswer>(answer)? {
+            Ok(a) => {
+                let slack = a.slack_ms.map_or("-".into(), |s| format!("{s:.0}"));
+                let mut out = format!("{}: slack {slack} ms", a.verdict.as_str());
+                if let Some(ms) = a.retry_after_ms {
+                    out += &format!(", retry after {ms} ms");
+                }
+                out + "\n"
+            }
+            Err(e) => return Ok(Err(e)),
+        },
+        CtlOp::Raw { .. } => format!("{answer:#}\n"),
+        CtlOp::SetClass(_) | CtlOp::SetTenant(_) | CtlOp::SetMode(_) | CtlOp::SetRules { .. } | CtlOp::Reload => {
+            match decode::<super::protocol::Changed>(answer)? {
+                Ok(a) => format!("ok: config version {}\n", a.config_version),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+    }))
 }
 
 /// One budget decision of a `decisions` answer, on one line.
@@ -501,30 +343,37 @@ pub fn decision_line(d: &Value) -> String {
         d["at_ms"],
         d["class"].as_str().unwrap_or("?"),
         d["action"].as_str().unwrap_or("?"),
-        tokens(&d["old_rate"]),
-        tokens(&d["new_rate"]),
+        tokens(d["old_rate"].as_f64()),
+        tokens(d["new_rate"].as_f64()),
         d["reason"].as_str().unwrap_or(""),
     )
 }
 
-fn status_table(a: &Value) -> String {
-    let mode = |v: &Value| v.as_str().unwrap_or("?").to_string();
+fn word(v: &impl Serialize) -> String {
+    match serde_json::to_value(v) {
+        Ok(Value::String(s)) => s,
+        _ => "?".into(),
+    }
+}
+
+fn status_table(a: &StatusAnswer) -> String {
+    let s = &a.snapshot;
     let mut out = format!(
         "shedder {}  mode {}  config v{}  estimator v{}  up {:.0}s  {} on {}\n",
-        a["version"].as_str().unwrap_or("?"),
-        mode(&a["mode"]),
-        a["config_version"],
-        a["estimator_version"],
-        a["uptime_s"].as_f64().unwrap_or(0.0),
-        a["attachment"].as_str().unwrap_or("?"),
-        a["iface"].as_str().unwrap_or("?"),
+        s.version,
+        word(&s.mode),
+        s.config_version,
+        s.estimator_version,
+        s.uptime_s,
+        s.attachment.as_deref().unwrap_or("?"),
+        s.iface.as_deref().unwrap_or("?"),
     );
-    out += &match a["gpu"].as_object() {
+    out += &match s.gpu.as_ref().and_then(Value::as_object) {
         Some(g) => format!(
             "gpu: {} GPUs, util {}%, gate {}\n",
             g.get("gpus").cloned().unwrap_or_default(),
             g.get("max_utilization_pct").and_then(Value::as_u64).map_or("-".into(), |v| v.to_string()),
-            if g.get("gate_closed") == Some(&json!(true)) { "closed" } else { "open" }
+            if g.get("gate_closed") == Some(&Value::Bool(true)) { "closed" } else { "open" }
         ),
         None => "gpu: no reading yet\n".into(),
     };
@@ -546,47 +395,46 @@ fn status_table(a: &Value) -> String {
         "qage_p95",
         "svc_p95"
     );
-    for c in a["classes"].as_array().into_iter().flatten() {
-        let k = &c["counters"];
+    for c in &s.classes {
+        let k = &c.counters;
         out += &format!(
             "{:<14} {:<8} {:<7} {:>9} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8} {:>7} {:>10} {:>9} {:>9} {:>9}\n",
-            c["name"].as_str().unwrap_or("?"),
-            mode(&c["mode"]),
-            c["action"].as_str().unwrap_or("?"),
-            tokens(&c["rate"]),
-            tokens(&c["burst"]),
-            tokens(&c["tokens"]),
-            k["seen"].to_string(),
-            k["admitted"].to_string(),
-            k["dropped"].to_string(),
-            k["rejected"].to_string(),
-            k["marked"].to_string(),
-            k["would_shed"].to_string(),
-            num(&c["slack"]["slack_ms"], 0),
-            num(&c["queue_age_p95_ms"], 0),
-            num(&c["service_p95_ms"], 0),
+            c.name,
+            word(&c.mode),
+            c.action.as_ref().map_or("?".into(), word),
+            tokens(Some(c.rate)),
+            tokens(Some(c.burst)),
+            tokens(Some(c.tokens)),
+            k.seen,
+            k.admitted,
+            k.dropped,
+            k.rejected,
+            k.marked,
+            k.would_shed,
+            num(c.slack_ms(), 0),
+            num(c.queue_age_p95_ms, 0),
+            num(c.service_p95_ms, 0),
         );
     }
-    let tenants = a["tenants"].as_array().into_iter().flatten();
-    for (i, t) in tenants.enumerate() {
+    for (i, t) in s.tenants.iter().enumerate() {
         if i == 0 {
             out += &format!(
                 "{:<14} {:>9} {:>6} {:>9} {:>7} {:>7} {:>9} {:>11} {:>10}\n",
                 "tenant", "share/s", "weight", "rate/s", "burst", "tokens", "admitted", "over_tenant", "over_class"
             );
         }
-        let k = &t["counters"];
+        let k = &t.counters;
         out += &format!(
             "{:<14} {:>9} {:>6} {:>9} {:>7} {:>7} {:>9} {:>11} {:>10}\n",
-            t["name"].as_str().unwrap_or("?"),
-            tokens(&t["share"]),
-            tokens(&t["weight"]),
-            tokens(&t["rate"]),
-            tokens(&t["burst"]),
-            tokens(&t["tokens"]),
-            k["admitted"].to_string(),
-            k["over_tenant"].to_string(),
-            k["over_class"].to_string(),
+            t.name,
+            tokens(t.share),
+            tokens(t.weight),
+            tokens(Some(t.rate)),
+            tokens(Some(t.burst)),
+            tokens(Some(t.tokens)),
+            k.admitted,
+            k.over_tenant,
+            k.over_class,
         );
     }
     out
@@ -594,49 +442,146 @@ fn status_table(a: &Value) -> String {
 
 #[cfg(test)]
 mod tests {
+    use clap::Parser;
+    use serde_json::json;
+
     use super::*;
+    use crate::config::{ClassSpec, Config};
+
+    #[derive(Parser)]
+    struct Ctl {
+        #[command(subcommand)]
+        op: CtlOp,
+    }
+
+    /// The request `shedder ctl ARGS` sends.
+    fn sent(args: &[&str]) -> Result<Value, String> {
+        let ctl = Ctl::try_parse_from(std::iter::once("ctl").chain(args.iter().copied())).map_err(|e| e.to_string())?;
+        serde_json::to_value(request(&ctl.op)?).map_err(|e| e.to_string())
+    }
+
+    const CONFIG: &str = r#"
+        default_class = "web"
+        [[class]]
+        name = "web"
+        rate = 100
+        burst = 10
+        action = "drop"
+        deadline_ms = 1000
+    "#;
+
+    /// Every field a `[[class]]` has, set: a field added to `ClassSpec`
+    /// fails to compile here until it has a row below.
+    fn every_field() -> ClassSpec {
+        ClassSpec {
+            name: "web".into(),
+            rate: Some(1.0),
+            burst: 1.0,
+            cost: 1.0,
+            action: crate::config::ActionName::Drop,
+            mark_dscp: Some(1),
+            mode: Some(crate::config::ModeName::Off),
+            deadline_ms: Some(1.0),
+            safety_ms: Some(1.0),
+            tier: Some(crate::control::Tier::Standard),
+            weight: Some(1.0),
+            adaptive: Some(crate::config::AdaptiveSpec { min_rate: 0.0, max_rate: 1.0 }),
+            opportunistic: true,
+            prior: Some(Default::default()),
+        }
+    }
 
     #[test]
-    fn set_class_can_set_tier_weight_adaptive_and_prior() {
-        assert_eq!(parse_tier("critical"), Ok(json!("critical")));
-        assert_eq!(parse_tier("default"), Ok(Value::Null), "back to the default tier");
-        assert!(parse_tier("gold").unwrap_err().contains("critical, standard, sheddable or default"));
-        assert_eq!(parse_adaptive("5:200"), Ok(json!({"min_rate": 5.0, "max_rate": 200.0})));
-        assert_eq!(parse_adaptive("none"), Ok(Value::Null));
-        assert!(parse_adaptive("200").unwrap_err().contains("MIN:MAX"));
-        assert!(parse_adaptive("5:-1").unwrap_err().contains("negative"));
-        let op = CtlOp::SetClass {
-            class: "batch".into(),
-            rate: None,
-            burst: None,
-            cost: None,
-            action: None,
-            mark_dscp: None,
-            mode: None,
-            deadline_ms: None,
-            safety_ms: None,
-            opportunistic: None,
-            tier: Some(json!("sheddable")),
-            weight: Some(2.0),
-            adaptive: Some(json!({"min_rate": 0.0, "max_rate": 50.0})),
-            prior: Some(Value::Null),
-        };
-        let want = json!({"op": "set_class", "class": "batch", "tier": "sheddable", "weight": 2.0,
-            "adaptive": {"min_rate": 0.0, "max_rate": 50.0}, "prior": null});
-        assert_eq!(request(&op).unwrap(), want);
+    fn every_class_field_can_be_set_live_from_ctl() {
+        // (ctl arguments after the class name, the first one's field's JSON in the request and in the config after)
+        let rows = [
+            (vec!["--rate", "50"], json!(50.0)),
+            (vec!["--burst", "7"], json!(7.0)),
+            (vec!["--cost", "2"], json!(2.0)),
+            (vec!["--action", "reject"], json!("reject")),
+            (vec!["--mark-dscp", "10"], json!(10)),
+            (vec!["--mode", "enforce"], json!("enforce")),
+            (vec!["--deadline-ms", "2000"], json!(2000.0)),
+            (vec!["--safety-ms", "150"], json!(150.0)),
+            (vec!["--tier", "critical"], json!("critical")),
+            (vec!["--weight", "2"], json!(2.0)),
+            // An adaptive class leaves its rate to the controller.
+            (vec!["--adaptive", "5:200", "--rate", "none"], json!({"min_rate": 5.0, "max_rate": 200.0})),
+            (vec!["--opportunistic", "true"], json!(true)),
+            (vec!["--prior", r#"{"service_p95_ms": 400}"#], {
+                let prior = crate::estimate::ClassPrior { service_p95_ms: 400.0, ..Default::default() };
+                serde_json::to_value(prior).unwrap()
+            }),
+        ];
+        let fields = serde_json::to_value(every_field()).unwrap();
+        let mut want: Vec<&String> = fields.as_object().unwrap().keys().filter(|k| *k != "name").collect();
+        let mut have: Vec<String> = rows.iter().map(|(args, _)| args[0][2..].replace('-', "_")).collect();
+        want.sort();
+        have.sort();
+        assert_eq!(have.iter().collect::<Vec<_>>(), want, "one row per class field");
+
+        let config = Config::parse(CONFIG).unwrap();
+        for (args, value) in rows {
+            let field = args[0][2..].replace('-', "_");
+            let line = sent(&[&["set-class", "web"], &args[..]].concat()).unwrap();
+            assert_eq!((&line["op"], &line["class"], &line[&field]), (&json!("set_class"), &json!("web"), &value));
+            let Ok(Request::SetClass(patch)) = Request::parse(line.to_string().as_bytes()) else {
+                panic!("{line} parses as set_class")
+            };
+            let changed = super::super::ops::set_class(&config, &patch).unwrap();
+            changed.compile().unwrap_or_else(|e| panic!("{args:?}: {e}"));
+            assert_eq!(serde_json::to_value(&changed.classes[0]).unwrap()[&field], value, "{args:?}");
+        }
+    }
+
+    #[test]
+    fn set_class_clears_the_optional_fields_with_their_own_word() {
+        // (ctl arguments after the class name, the field cleared)
+        let rows = [
+            (["--rate", "none"], "rate"),
+            (["--mark-dscp", "none"], "mark_dscp"),
+            (["--mode", "inherit"], "mode"),
+            (["--deadline-ms", "none"], "deadline_ms"),
+            (["--safety-ms", "none"], "safety_ms"),
+            (["--tier", "default"], "tier"),
+            (["--weight", "none"], "weight"),
+            (["--adaptive", "none"], "adaptive"),
+            (["--prior", "null"], "prior"),
+        ];
+        for (args, field) in rows {
+            let line = sent(&["set-class", "web", args[0], args[1]]).unwrap();
+            assert_eq!(line, json!({"op": "set_class", "class": "web", field: null}), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn bad_ctl_arguments_are_refused_naming_the_field() {
+        let rows: [&[&str]; 6] = [
+            &["set-class", "web", "--rate=-1"],
+            &["set-class", "web", "--tier", "gold"],
+            &["set-class", "web", "--adaptive", "200"],
+            &["set-class", "web", "--mode", "sometimes"],
+            &["set-tenant", "acme", "--cidrs", "10.1.0.0/33"],
+            &["admit", "web", "--deadline-ms", "1", "--now-ms", "0", "--policy", "{"],
+        ];
+        for args in rows {
+            let err = sent(args).unwrap_err();
+            let flag = args.iter().rev().find(|a| a.starts_with("--")).unwrap().split('=').next().unwrap();
+            assert!(err.contains(flag), "{args:?}: {err}");
+        }
     }
 
     #[test]
     fn set_tenant_sends_only_the_fields_given() {
-        let op = CtlOp::SetTenant {
-            tenant: "acme".into(),
-            cidrs: Some(vec!["10.1.0.0/16".into(), "fd01::/64".into()]),
-            rate: Some(80.0),
-            burst: None,
-            weight: None,
-        };
+        let line = sent(&["set-tenant", "acme", "--cidrs", "10.1.0.0/16,fd01::/64", "--rate", "80"]).unwrap();
         let want = json!({"op": "set_tenant", "tenant": "acme", "cidrs": ["10.1.0.0/16", "fd01::/64"], "rate": 80.0});
-        assert_eq!(request(&op).unwrap(), want);
+        assert_eq!(line, want);
+        assert_eq!(
+            sent(&["set-mode", "inherit", "--class", "web"]).unwrap(),
+            json!({"op": "set_mode", "mode": "inherit", "class": "web"})
+        );
+        assert_eq!(sent(&["decisions"]).unwrap(), json!({"op": "decisions", "n": 20}));
+        assert_eq!(sent(&["status"]).unwrap(), json!({"op": "status"}));
     }
 
     #[test]
@@ -645,7 +590,15 @@ mod tests {
             "name": "acme", "share": 200.0, "weight": 2.0, "rate": 262.5, "burst": 50.0, "tokens": 12.25,
             "counters": {"admitted": 7, "over_tenant": 3, "over_class": 1},
         });
-        let answer = |tenants: Value| json!({"version": "0.1.0", "classes": [], "tenants": tenants});
+        let answer = |tenants: Value| -> StatusAnswer {
+            serde_json::from_value(json!({
+                "ok": true, "version": "0.1.0", "mode": "observe", "config_version": 1, "estimator_version": 0,
+                "uptime_s": 1.0, "iface": "lo", "attachment": "xdp", "attached": true, "hook_problem": null,
+                "gpu": null, "classes": [], "tenants": tenants, "passed": {}, "maps": null,
+                "samples": {"accepted": 0, "rejected_batches": 0, "pending": 0},
+            }))
+            .unwrap()
+        };
         let table = status_table(&answer(json!([tenant])));
         let row = table.lines().find(|l| l.starts_with("acme")).expect("a row for the tenant");
         let cells: Vec<&str> = row.split_whitespace().collect();

@@ -3,16 +3,18 @@
 //! (and every configuration change goes through
 //! [`Daemon::replace_config`], which validates before it touches anything).
 
+use std::time::Instant;
+
 use rand::SeedableRng as _;
-use serde_json::{Value, json};
-use shedder_common::{classify::Mode, maps::Action};
 
 use super::protocol::{
-    Admit, ApiError, DEFAULT_MAX_QUEUE_AGE_MS, ErrorCode, PROTOCOL_VERSION, Request, SetClass, SetMode, SetTenant, ok,
+    Admit, AdmitAnswer, Answer, ApiError, Changed, ConfigAnswer, DEFAULT_MAX_QUEUE_AGE_MS, DecisionsAnswer, ErrorCode,
+    PROTOCOL_VERSION, Request, Sampled, SetClass, SetMode, SetTenant, VersionAnswer, finite,
 };
+use super::status::StatusCache;
 use crate::{
     admit::{AdmitPolicy, AdmitRequest, QueueAge, admit},
-    config::{Config, Plan},
+    config::Config,
     daemon::{ChangeError, Daemon},
     telemetry::samples::SampleError,
     tenant::TenantSpec,
@@ -21,13 +23,19 @@ use crate::{
 /// Most decisions one `decisions` answer carries.
 pub const MAX_DECISIONS: usize = 1024;
 
-/// Answers one request (already allowed) with the daemon in hand.
-pub fn handle(daemon: &mut Daemon, request: Request) -> Result<Value, ApiError> {
+/// Answers one request (already allowed, read at `arrived`) with the
+/// daemon in hand; `status` answers come from `status`.
+pub fn handle(
+    daemon: &mut Daemon,
+    request: Request,
+    status: &StatusCache,
+    arrived: Instant,
+) -> Result<Answer, ApiError> {
     match request {
-        Request::Status(_) => status(daemon),
-        Request::GetConfig(_) => Ok(ok(json!({
-            "config_version": daemon.config_version(),
-            "config": serde_json::to_value(daemon.config()).map_err(internal)?,
+        Request::Status(_) => status.reply(daemon, arrived).map(Answer::Status),
+        Request::GetConfig(_) => Ok(Answer::Config(Box::new(ConfigAnswer {
+            config_version: daemon.config_version(),
+            config: daemon.config().clone(),
         }))),
         Request::SetClass(patch) => {
             let config = set_class(daemon.config(), &patch)?;
@@ -54,45 +62,42 @@ pub fn handle(daemon: &mut Daemon, request: Request) -> Result<Value, ApiError> 
             config.rules = set.rules;
             replace(daemon, config)
         }
-        Request::Reload(_) => daemon.reload().map(version_answer).map_err(change_error),
+        Request::Reload(_) => changed(daemon.reload()),
         Request::Sample(sample) => match daemon.control().inbox().push(sample.samples) {
-            Ok(accepted) => Ok(ok(json!({"accepted": accepted}))),
+            Ok(accepted) => Ok(Answer::Sampled(Sampled { accepted })),
             Err(e @ SampleError::Field { .. }) => Err(ApiError::new(ErrorCode::BadRequest, e.to_string())),
             Err(e @ SampleError::Full { .. }) => Err(ApiError::new(ErrorCode::Unavailable, e.to_string())),
         },
-        Request::Admit(request) => admit_op(daemon, &request),
+        Request::Admit(request) => admit_op(daemon, &request).map(Answer::Admit),
         Request::Decisions(d) => {
             let n = d.n.min(MAX_DECISIONS);
-            let decisions: Vec<_> = daemon.control().decisions().last(n).collect();
-            Ok(ok(json!({"decisions": serde_json::to_value(decisions).map_err(internal)?})))
+            let decisions = daemon.control().decisions().last(n).map(serde_json::to_value).collect::<Result<_, _>>();
+            let decisions = decisions.map_err(|e| ApiError::new(ErrorCode::Internal, e.to_string()))?;
+            Ok(Answer::Decisions(DecisionsAnswer { decisions }))
         }
-        Request::Version(_) => Ok(ok(json!({
-            "version": env!("CARGO_PKG_VERSION"),
-            "protocol": PROTOCOL_VERSION,
-            "config_version": daemon.config_version(),
-        }))),
+        Request::Version(_) => Ok(Answer::Version(VersionAnswer {
+            version: env!("CARGO_PKG_VERSION").into(),
+            protocol: PROTOCOL_VERSION,
+            config_version: daemon.config_version(),
+        })),
     }
 }
 
-fn internal(e: impl std::fmt::Display) -> ApiError {
-    ApiError::new(ErrorCode::Internal, e.to_string())
+/// The answer to a configuration change.
+fn changed(result: Result<u64, ChangeError>) -> Result<Answer, ApiError> {
+    let config_version = result.map_err(|e| {
+        let code = match &e {
+            ChangeError::Invalid(_) => ErrorCode::InvalidConfig,
+            ChangeError::Unavailable(_) => ErrorCode::Unavailable,
+            ChangeError::Apply(_) => ErrorCode::Internal,
+        };
+        ApiError::new(code, format!("{e}; nothing changed"))
+    })?;
+    Ok(Answer::Changed(Changed { config_version }))
 }
 
-fn version_answer(config_version: u64) -> Value {
-    ok(json!({"config_version": config_version}))
-}
-
-fn change_error(e: ChangeError) -> ApiError {
-    let code = match &e {
-        ChangeError::Invalid(_) => ErrorCode::InvalidConfig,
-        ChangeError::Unavailable(_) => ErrorCode::Unavailable,
-        ChangeError::Apply(_) => ErrorCode::Internal,
-    };
-    ApiError::new(code, format!("{e}; nothing changed"))
-}
-
-fn replace(daemon: &mut Daemon, config: Config) -> Result<Value, ApiError> {
-    daemon.replace_config(config).map(version_answer).map_err(change_error)
+fn replace(daemon: &mut Daemon, config: Config) -> Result<Answer, ApiError> {
+    changed(daemon.replace_config(config))
 }
 
 fn find_class<'a>(config: &'a mut Config, name: &str) -> Result<&'a mut crate::config::ClassSpec, ApiError> {
@@ -181,7 +186,7 @@ pub fn set_tenant(config: &Config, patch: &SetTenant) -> Result<Config, ApiError
     Ok(config)
 }
 
-fn admit_op(daemon: &Daemon, request: &Admit) -> Result<Value, ApiError> {
+fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
     let bad = |m: String| ApiError::new(ErrorCode::BadRequest, m);
     if !daemon.config().classes.iter().any(|c| c.name == request.class) {
         return Err(bad(format!("admit: no class is named {:?}", request.class)));
@@ -234,170 +239,21 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<Value, ApiError> {
     );
     ledger.record(&request.class, &decision, attempt > 1 || request.hedge);
     control.distributions().observe_admission(&request.class, decision.slack_ms, decision.verdict.as_str());
-    Ok(ok(json!({
-        "verdict": decision.verdict,
-        "status": decision.verdict.http_status(),
-        "reason": decision.reason,
-        "p_on_time": finite(decision.p_on_time),
-        "threshold": finite(decision.threshold),
-        "guarded": decision.guarded,
-        "slack_ms": finite(decision.slack_ms),
-        "queue_age_ms": finite(decision.queue_age_ms),
-        "retry_after_ms": decision.retry_after_ms,
-        "retry_after_s": decision.retry_after_secs(),
-        "service_p95_ms": finite(view.slack.service_p95_ms),
-        "service_source": view.slack.service_source,
-        "estimator_version": view.slack.estimator_version,
-    })))
-}
-
-/// JSON has no NaN: report it as null.
-fn finite(v: f64) -> Value {
-    if v.is_finite() { json!(v) } else { Value::Null }
-}
-
-fn mode_name(mode: u8) -> &'static str {
-    match Mode::from_u8(mode) {
-        Some(Mode::Off) => "off",
-        Some(Mode::Observe) => "observe",
-        Some(Mode::Enforce) => "enforce",
-        None => "inherit",
-    }
-}
-
-fn action_name(action: u8) -> &'static str {
-    match action {
-        a if a == Action::Drop as u8 => "drop",
-        a if a == Action::Reject as u8 => "reject",
-        a if a == Action::Mark as u8 => "mark",
-        _ => "?",
-    }
-}
-
-/// What the maps were last written with, as JSON: compare two of these to
-/// see whether anything changed.
-pub fn plan_json(plan: &Plan) -> Value {
-    let classes: Vec<Value> = plan
-        .class_names
-        .iter()
-        .zip(&plan.classes)
-        .map(|(name, c)| {
-            json!({
-                "name": name,
-                "rate_milli": c.bucket.rate_milli,
-                "burst_milli": c.bucket.burst_milli,
-                "cost_milli": c.bucket.cost_milli,
-                "mode": mode_name(c.mode),
-                "action": action_name(c.action),
-                "mark_dscp": c.mark_dscp,
-            })
-        })
-        .collect();
-    let target = |t: &shedder_common::classify::RuleTarget| json!(t);
-    json!({
-        "mode": mode_name(plan.global.mode),
-        "default_class": plan.global.default_class,
-        "rules_present": plan.global.rules_present,
-        "classes": classes,
-        "src_v4": plan.src_v4.iter().map(|((len, a), t)| json!([format!("{}/{len}", std::net::Ipv4Addr::from(*a)), target(t)])).collect::<Vec<_>>(),
-        "src_v6": plan.src_v6.iter().map(|((len, a), t)| json!([format!("{}/{len}", std::net::Ipv6Addr::from(*a)), target(t)])).collect::<Vec<_>>(),
-        "dst_ports": plan.dst_ports.iter().map(|(p, t)| json!([p, target(t)])).collect::<Vec<_>>(),
-        "dscp": plan.dscp.iter().map(|(d, t)| json!([d, target(t)])).collect::<Vec<_>>(),
-        "tenants": plan.tenant_names.iter().zip(&plan.tenants).map(|(name, b)| json!({
-            "name": name,
-            "rate_milli": b.rate_milli,
-            "burst_milli": b.burst_milli,
-            "coarse_clock": b.clock == shedder_common::bucket::clock::COARSE,
-        })).collect::<Vec<_>>(),
-        "tenant_v4": plan.tenant_v4.iter().map(|((len, a), t)| json!([format!("{}/{len}", std::net::Ipv4Addr::from(*a)), target(t)])).collect::<Vec<_>>(),
-        "tenant_v6": plan.tenant_v6.iter().map(|((len, a), t)| json!([format!("{}/{len}", std::net::Ipv6Addr::from(*a)), target(t)])).collect::<Vec<_>>(),
+    Ok(AdmitAnswer {
+        verdict: decision.verdict,
+        status: decision.verdict.http_status(),
+        retry_after_s: decision.retry_after_secs(),
+        p_on_time: finite(decision.p_on_time),
+        threshold: finite(decision.threshold),
+        guarded: decision.guarded,
+        slack_ms: finite(decision.slack_ms),
+        queue_age_ms: finite(decision.queue_age_ms),
+        retry_after_ms: decision.retry_after_ms,
+        reason: decision.reason,
+        service_p95_ms: finite(view.slack.service_p95_ms),
+        service_source: view.slack.service_source,
+        estimator_version: view.slack.estimator_version,
     })
-}
-
-fn status(daemon: &Daemon) -> Result<Value, ApiError> {
-    let control = daemon.control();
-    let fastpath = control.fastpath();
-    let snapshots = fastpath.class_snapshots().map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?;
-    let now = daemon.now();
-    let slacks = control.controller().last_slacks();
-    let wasted = control.admissions().refused();
-    let classes: Vec<Value> = snapshots
-        .iter()
-        .map(|s| {
-            let spec = daemon.config().classes.iter().find(|c| c.name == s.name);
-            let estimate = control.estimators().estimate(&s.name, now);
-            let c = &s.counters;
-            json!({
-                "name": s.name,
-                "mode": spec.and_then(|c| c.mode).unwrap_or(daemon.config().mode),
-                "action": spec.map(|c| c.action),
-                "rate": s.bucket.rate_milli as f64 / 1000.0,
-                "burst": s.bucket.burst_milli as f64 / 1000.0,
-                "cost": s.bucket.cost_milli as f64 / 1000.0,
-                "tokens": s.available_milli as f64 / 1000.0,
-                "controlled": control.controller().rate(&s.name).is_some(),
-                "counters": {
-                    "seen": c.seen,
-                    "admitted": c.admitted,
-                    "dropped": c.dropped,
-                    "rejected": c.rejected,
-                    "marked": c.marked,
-                    "would_shed": c.would_shed,
-                },
-                "slack": slacks.get(&s.name),
-                "queue_age_p95_ms": estimate.as_ref().map(|e| finite(e.queue_age.quantiles.p95)),
-                "service_p95_ms": estimate.as_ref().map(|e| finite(e.service.quantiles.p95)),
-                "estimate_source": estimate.as_ref().map(|e| json!({"queue_age": e.queue_age.source, "service": e.service.source})),
-                "on_time_share": estimate.as_ref().and_then(|e| {
-                    let done = e.completions.on_time + e.completions.late;
-                    (done > 0).then(|| e.completions.on_time as f64 / done as f64)
-                }),
-                "wasted_admissions": wasted.get(&s.name).copied().unwrap_or(0),
-            })
-        })
-        .collect();
-    let tenants: Vec<Value> = fastpath
-        .tenant_snapshots()
-        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?
-        .iter()
-        .map(|s| {
-            let spec = daemon.config().tenants.iter().find(|t| t.name == s.name);
-            let c = &s.counters;
-            json!({
-                "name": s.name,
-                "share": spec.map(|t| t.rate),
-                "weight": spec.map(|t| t.weight),
-                "rate": s.bucket.rate_milli as f64 / 1000.0,
-                "burst": s.bucket.burst_milli as f64 / 1000.0,
-                "tokens": s.available_milli as f64 / 1000.0,
-                "counters": {"admitted": c.admitted, "over_tenant": c.over_tenant, "over_class": c.over_class},
-            })
-        })
-        .collect();
-    let passed: serde_json::Map<String, Value> = fastpath
-        .pass_counters()
-        .map_err(|e| ApiError::new(ErrorCode::Internal, format!("{e:#}")))?
-        .into_iter()
-        .map(|(reason, n)| (reason.name().to_string(), json!(n)))
-        .collect();
-    let inbox = control.inbox().stats();
-    Ok(ok(json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "mode": daemon.config().mode,
-        "config_version": daemon.config_version(),
-        "estimator_version": control.estimators().version(),
-        "uptime_s": daemon.now().as_secs_f64(),
-        "iface": daemon.iface(),
-        "attachment": daemon.attachment().map(|a| a.to_string()),
-        "attached": daemon.hook_problem().is_none(),
-        "hook_problem": daemon.hook_problem(),
-        "gpu": control.controller().last_gpu(),
-        "classes": classes,
-        "tenants": tenants,
-        "passed": passed,
-        "samples": {"accepted": inbox.accepted_samples, "rejected_batches": inbox.rejected_batches, "pending": control.inbox().pending()},
-        "maps": control.fastpath().placed().as_ref().map(plan_json),
-    })))
 }
 
 #[cfg(test)]

@@ -1,16 +1,21 @@
-//! The wire format. A request is one line of JSON, `{"op": "...", ...}`; the
-//! answer is one line, `{"ok": true, ...}` or
-//! `{"ok": false, "error": {"code": "...", "message": "..."}}`.
+//! The wire format, as types: every request and every answer of the control
+//! socket, used by the daemon and by `shedder ctl` alike. A request is one
+//! line of JSON, `{"op": "...", ...}`; the answer is one line,
+//! `{"ok": true, ...}` or `{"ok": false, "error": {"code": "...", "message": "..."}}`.
 
+use std::collections::BTreeMap;
+
+use clap::{Args, ValueEnum};
 use ipnet::IpNet;
-use serde::{Deserialize, Deserializer, Serialize};
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned};
+use serde_json::Value;
 
+use super::args;
 use crate::{
-    admit::AdmitPolicy,
+    admit::{AdmitPolicy, Verdict},
     config::{ActionName, AdaptiveSpec, ModeName, RuleSpec},
     control::Tier,
-    estimate::ClassPrior,
+    estimate::{ClassPrior, Source},
     telemetry::samples::JobSample,
 };
 
@@ -56,8 +61,9 @@ impl ErrorCode {
     }
 }
 
-/// A failed request.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A failed request: the `error` of an answer.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize, thiserror::Error)]
+#[error("{}: {message}", code.as_str())]
 pub struct ApiError {
     pub code: ErrorCode,
     pub message: String,
@@ -68,20 +74,49 @@ impl ApiError {
         Self { code, message: message.into() }
     }
 
-    /// The answer line's JSON.
-    pub fn to_json(&self) -> Value {
-        json!({"ok": false, "error": {"code": self.code.as_str(), "message": self.message}})
+    /// The answer line, newline included.
+    pub fn encode(&self) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct Failed<'a> {
+            ok: bool,
+            error: &'a ApiError,
+        }
+        let mut line = serde_json::to_vec(&Failed { ok: false, error: self }).expect("errors serialise");
+        line.push(b'\n');
+        line
     }
 }
 
-/// The answer to a good request: `fields` with `"ok": true` in front.
-pub fn ok(fields: Value) -> Value {
-    let mut out = Map::new();
-    out.insert("ok".into(), Value::Bool(true));
-    if let Value::Object(fields) = fields {
-        out.extend(fields);
+/// The answer line to a good request, newline included: `{"ok":true` first
+/// (so that it can be matched on the prefix), then `fields`' own fields.
+pub fn encode_ok(fields: &impl Serialize) -> Vec<u8> {
+    encode_ok_with(b"{}", &serde_json::to_vec(fields).expect("answers serialise"))
+}
+
+/// [`encode_ok`] of two objects already serialised, merged: `first`'s
+/// fields, then `rest`'s.
+pub fn encode_ok_with(first: &[u8], rest: &[u8]) -> Vec<u8> {
+    let inner = |object: &[u8]| {
+        let inner = &object[1..object.len() - 1];
+        (!inner.is_empty()).then(|| inner.to_vec())
+    };
+    let mut line = Vec::with_capacity(first.len() + rest.len() + 16);
+    line.extend_from_slice(b"{\"ok\":true");
+    for fields in [first, rest].into_iter().filter_map(inner) {
+        line.push(b',');
+        line.extend_from_slice(&fields);
     }
-    Value::Object(out)
+    line.extend_from_slice(b"}\n");
+    line
+}
+
+/// Reads an answer line: the typed answer, or the daemon's error.
+pub fn decode<T: DeserializeOwned>(answer: &Value) -> Result<Result<T, ApiError>, serde_json::Error> {
+    if answer.get("ok") == Some(&Value::Bool(true)) {
+        T::deserialize(answer).map(Ok)
+    } else {
+        ApiError::deserialize(&answer["error"]).map(Err)
+    }
 }
 
 /// Every operation's name, as `op` spells it.
@@ -111,7 +146,7 @@ pub enum Access {
 }
 
 /// One request.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
     Status(Empty),
@@ -176,60 +211,114 @@ fn patch<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<
     Option::<T>::deserialize(d).map(Some)
 }
 
-/// A partial update of one class. Fields left out keep their value; the
-/// optional ones (`rate`, `mark_dscp`, `mode`, `deadline_ms`, `safety_ms`,
-/// `tier`, `weight`, `adaptive`, `prior`) are cleared by `null`.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+/// A value, or `null` to clear the field. Not spelled `Option` so that
+/// clap takes `Option<OrNull<T>>` as one optional value, not as a flag.
+pub type OrNull<T> = Option<T>;
+
+/// A partial update of one class: every field a `[[class]]` has but its
+/// name. Fields left out keep their value; the optional ones are cleared by
+/// `null` (`none` on the command line; `inherit` for `mode`, `default` for
+/// `tier`). The same struct is `shedder ctl set-class`'s arguments.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, Args)]
 #[serde(deny_unknown_fields)]
 pub struct SetClass {
+    /// The class to change.
     pub class: String,
-    #[serde(default, deserialize_with = "patch")]
-    pub rate: Option<Option<f64>>,
+    /// Tokens per second; none leaves the rate to the controller (adaptive).
+    #[arg(long, value_parser = args::or_none(args::amount))]
+    #[serde(default, deserialize_with = "patch", skip_serializing_if = "Option::is_none")]
+    pub rate: Option<OrNull<f64>>,
+    /// Bucket depth, tokens.
+    #[arg(long, value_parser = args::amount)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<f64>,
+    /// Tokens one new connection costs.
+    #[arg(long, value_parser = args::amount)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<f64>,
+    /// drop | reject | mark
+    #[arg(long, value_parser = args::json_word::<ActionName>)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<ActionName>,
-    #[serde(default, deserialize_with = "patch")]
-    pub mark_dscp: Option<Option<u8>>,
-    #[serde(default, deserialize_with = "patch")]
-    pub mode: Option<Option<ModeName>>,
-    #[serde(default, deserialize_with = "patch")]
-    pub deadline_ms: Option<Option<f64>>,
-    #[serde(default, deserialize_with = "patch")]
-    pub safety_ms: Option<Option<f64>>,
-    #[serde(default, deserialize_with = "patch")]
-    pub tier: Option<Option<Tier>>,
-    #[serde(default, deserialize_with = "patch")]
-    pub weight: Option<Option<f64>>,
-    #[serde(default, deserialize_with = "patch")]
-    pub adaptive: Option<Option<AdaptiveSpec>>,
+    /// Codepoint written by action mark, or none.
+    #[arg(long, value_parser = args::or_none(args::dscp))]
+    #[serde(default, deserialize_with = "patch", skip_serializing_if = "Option::is_none")]
+    pub mark_dscp: Option<OrNull<u8>>,
+    /// off | observe | enforce | inherit (the global mode)
+    #[arg(long, value_parser = args::class_mode)]
+    #[serde(default, deserialize_with = "patch", skip_serializing_if = "Option::is_none")]
+    pub mode: Option<OrNull<ModeName>>,
+    /// The class's deadline, ms (enables deadline-slack control), or none.
+    #[arg(long, value_parser = args::or_none(args::amount))]
+    #[serde(default, deserialize_with = "patch", skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<OrNull<f64>>,
+    /// Margin kept below the deadline, ms, or none to derive it.
+    #[arg(long, value_parser = args::or_none(args::amount))]
+    #[serde(default, deserialize_with = "patch", skip_serializing_if = "Option::is_none")]
+    pub safety_ms: Option<OrNull<f64>>,
+    /// critical | standard | sheddable | default
+    #[arg(long, value_parser = args::tier)]
+    #[serde(default, deserialize_with = "patch", skip_serializing_if = "Option::is_none")]
+    pub tier: Option<OrNull<Tier>>,
+    /// Share of its tier's capacity, relative to the tier's other classes, or none.
+    #[arg(long, value_parser = args::or_none(args::amount))]
+    #[serde(default, deserialize_with = "patch", skip_serializing_if = "Option::is_none")]
+    pub weight: Option<OrNull<f64>>,
+    /// Let the controller set the budget between MIN and MAX jobs/s
+    /// (MIN:MAX), or none to go back to the static rate.
+    #[arg(long, value_parser = args::adaptive)]
+    #[serde(default, deserialize_with = "patch", skip_serializing_if = "Option::is_none")]
+    pub adaptive: Option<OrNull<AdaptiveSpec>>,
+    /// Batch work, held back while the GPU gate is closed: true | false
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub opportunistic: Option<bool>,
-    #[serde(default, deserialize_with = "patch")]
-    pub prior: Option<Option<ClassPrior>>,
+    /// The class's prior, as JSON: {"service_p50_ms": 120, "service_p95_ms": 400}, or null.
+    #[arg(long, value_parser = args::json::<OrNull<ClassPrior>>)]
+    #[serde(default, deserialize_with = "patch", skip_serializing_if = "Option::is_none")]
+    pub prior: Option<OrNull<ClassPrior>>,
 }
 
 /// A partial update of one tenant; fields left out keep their value. A
 /// tenant not configured yet is added, and then needs `cidrs`, `rate` and
-/// `burst`.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+/// `burst`. The same struct is `shedder ctl set-tenant`'s arguments.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize, Args)]
 #[serde(deny_unknown_fields)]
 pub struct SetTenant {
+    /// The tenant to change or add.
     pub tenant: String,
+    /// Comma-separated source networks: 10.1.0.0/16,fd01::/64
+    #[arg(long, value_delimiter = ',')]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cidrs: Option<Vec<IpNet>>,
+    /// The tenant's share, tokens per second.
+    #[arg(long, value_parser = args::amount)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rate: Option<f64>,
+    /// Bucket depth, tokens.
+    #[arg(long, value_parser = args::amount)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub burst: Option<f64>,
+    /// How much of the spare capacity it may borrow, relative to the others.
+    #[arg(long, value_parser = args::amount)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weight: Option<f64>,
 }
 
 /// The global mode, or one class's (`"inherit"` clears a class's own mode).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Args)]
 #[serde(deny_unknown_fields)]
 pub struct SetMode {
+    /// off | observe | enforce (inherit, for a class)
+    #[arg(value_enum)]
     pub mode: ModeOrInherit,
-    #[serde(default)]
+    /// Set this class's mode rather than the global one.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class: Option<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize, ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum ModeOrInherit {
     Off,
@@ -238,7 +327,27 @@ pub enum ModeOrInherit {
     Inherit,
 }
 
+impl From<ModeName> for ModeOrInherit {
+    fn from(mode: ModeName) -> Self {
+        match mode {
+            ModeName::Off => Self::Off,
+            ModeName::Observe => Self::Observe,
+            ModeName::Enforce => Self::Enforce,
+        }
+    }
+}
+
 impl ModeOrInherit {
+    /// As the protocol and the command line spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Off => "off",
+            Self::Observe => "observe",
+            Self::Enforce => "enforce",
+            Self::Inherit => "inherit",
+        }
+    }
+
     pub fn mode(self) -> Option<ModeName> {
         match self {
             Self::Off => Some(ModeName::Off),
@@ -250,14 +359,14 @@ impl ModeOrInherit {
 }
 
 /// The whole rule list, replaced at once.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SetRules {
     pub rules: Vec<RuleSpec>,
 }
 
 /// A batch of finished jobs, all or nothing.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Sample {
     pub samples: Vec<JobSample>,
@@ -265,27 +374,40 @@ pub struct Sample {
 
 /// May this job start? Times are ms on the caller's clock: `deadline_ms` and
 /// `now_ms` (and `queued_at_ms`) on the same one. Exactly one of
-/// `queue_age_ms` and `queued_at_ms`.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+/// `queue_age_ms` and `queued_at_ms`. The same struct is `shedder ctl
+/// admit`'s arguments.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Args)]
 #[serde(deny_unknown_fields)]
 pub struct Admit {
+    /// The job's class.
     pub class: String,
+    /// When the job must be done, ms.
+    #[arg(long)]
     pub deadline_ms: f64,
+    /// Now, ms on the same clock.
+    #[arg(long)]
     pub now_ms: f64,
-    #[serde(default)]
+    /// How long the job has waited, ms.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_age_ms: Option<f64>,
-    #[serde(default)]
+    /// When the job arrived, ms on the same clock.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_at_ms: Option<f64>,
     /// Which try this is (1, the default, is the first): retries are shed
     /// before first attempts.
-    #[serde(default)]
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub attempt: Option<u32>,
     /// A speculative duplicate of a job already running elsewhere.
-    #[serde(default)]
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hedge: bool,
-    /// The knobs; by default the class's margin and a stale limit of
-    /// [`DEFAULT_MAX_QUEUE_AGE_MS`].
-    #[serde(default)]
+    /// The knobs, as JSON; by default the class's margin and a stale limit
+    /// of [`DEFAULT_MAX_QUEUE_AGE_MS`].
+    #[arg(long, value_parser = args::json::<AdmitPolicy>)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<AdmitPolicy>,
 }
 
@@ -293,15 +415,274 @@ pub struct Admit {
 pub const DEFAULT_MAX_QUEUE_AGE_MS: f64 = 60_000.0;
 
 /// The newest `n` decisions (default 20).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Args)]
 #[serde(deny_unknown_fields)]
 pub struct Decisions {
+    /// How many.
+    #[arg(short, default_value_t = default_n())]
     #[serde(default = "default_n")]
     pub n: usize,
 }
 
 fn default_n() -> usize {
     20
+}
+
+/// The answer to a good request, one type per kind of op.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Answer {
+    Status(StatusReply),
+    Config(Box<ConfigAnswer>),
+    /// Every configuration change.
+    Changed(Changed),
+    Sampled(Sampled),
+    Admit(AdmitAnswer),
+    Decisions(DecisionsAnswer),
+    Version(VersionAnswer),
+}
+
+impl Answer {
+    /// The answer line, newline included.
+    pub fn encode(&self) -> Vec<u8> {
+        match self {
+            Self::Status(reply) => reply.encode(),
+            Self::Config(a) => encode_ok(a),
+            Self::Changed(a) => encode_ok(a),
+            Self::Sampled(a) => encode_ok(a),
+            Self::Admit(a) => encode_ok(a),
+            Self::Decisions(a) => encode_ok(a),
+            Self::Version(a) => encode_ok(a),
+        }
+    }
+}
+
+/// A `status` answer as the daemon sends it: the samples' totals taken now,
+/// and the rest from a [`StatusSnapshot`] serialised once per tick.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusReply {
+    pub samples: SamplesStatus,
+    /// A serialised [`StatusSnapshot`] (a JSON object).
+    pub snapshot: std::sync::Arc<[u8]>,
+}
+
+impl StatusReply {
+    pub fn encode(&self) -> Vec<u8> {
+        #[derive(Serialize)]
+        struct Samples<'a> {
+            samples: &'a SamplesStatus,
+        }
+        let samples = serde_json::to_vec(&Samples { samples: &self.samples }).expect("counts serialise");
+        encode_ok_with(&samples, &self.snapshot)
+    }
+}
+
+/// `status`, as clients read it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatusAnswer {
+    pub samples: SamplesStatus,
+    #[serde(flatten)]
+    pub snapshot: StatusSnapshot,
+}
+
+/// Samples pushed through `sample`, since the daemon started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SamplesStatus {
+    pub accepted: u64,
+    pub rejected_batches: u64,
+    /// Taken in, not yet folded into the estimators (at the next tick).
+    pub pending: usize,
+}
+
+/// The daemon as of its last controller tick or configuration change.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StatusSnapshot {
+    pub version: String,
+    pub mode: ModeName,
+    pub config_version: u64,
+    pub estimator_version: u64,
+    /// When the snapshot was taken, seconds since the daemon started.
+    pub uptime_s: f64,
+    /// The interface and how the fast path is hooked into it; `None` when
+    /// the fast path is not a kernel program.
+    pub iface: Option<String>,
+    pub attachment: Option<String>,
+    pub attached: bool,
+    pub hook_problem: Option<String>,
+    /// What the GPU gate saw at the last tick (the controller's summary).
+    pub gpu: Option<Value>,
+    pub classes: Vec<ClassStatus>,
+    pub tenants: Vec<TenantStatus>,
+    /// SYNs passed unclassified, by reason.
+    pub passed: BTreeMap<String, u64>,
+    /// What the maps were last written with.
+    pub maps: Option<MapsStatus>,
+}
+
+/// One class in `status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ClassStatus {
+    pub name: String,
+    pub mode: ModeName,
+    pub action: Option<ActionName>,
+    /// The bucket as the datapath holds it.
+    pub rate: f64,
+    pub burst: f64,
+    pub cost: f64,
+    pub tokens: f64,
+    /// The controller sets the rate.
+    pub controlled: bool,
+    pub counters: ClassCounters,
+    /// The controller's slack and every term of it, at the last tick.
+    pub slack: Option<Value>,
+    pub queue_age_p95_ms: Option<f64>,
+    pub service_p95_ms: Option<f64>,
+    pub estimate_source: Option<EstimateSources>,
+    /// Finished on time, of the completions reported.
+    pub on_time_share: Option<f64>,
+    /// Admitted jobs that were refused later on.
+    pub wasted_admissions: u64,
+}
+
+impl ClassStatus {
+    /// The slack the controller last acted on, ms.
+    pub fn slack_ms(&self) -> Option<f64> {
+        self.slack.as_ref()?.get("slack_ms")?.as_f64()
+    }
+}
+
+/// A class's datapath counters (SYNs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ClassCounters {
+    pub seen: u64,
+    pub admitted: u64,
+    pub dropped: u64,
+    pub rejected: u64,
+    pub marked: u64,
+    pub would_shed: u64,
+}
+
+/// Where a class's quantiles came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EstimateSources {
+    pub queue_age: Source,
+    pub service: Source,
+}
+
+/// One tenant in `status`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct TenantStatus {
+    pub name: String,
+    /// The configured share, tokens per second.
+    pub share: Option<f64>,
+    pub weight: Option<f64>,
+    /// The bucket as the datapath holds it (the share and what it borrows).
+    pub rate: f64,
+    pub burst: f64,
+    pub tokens: f64,
+    pub counters: TenantCounters,
+}
+
+/// A tenant's datapath counters (SYNs).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TenantCounters {
+    pub admitted: u64,
+    pub over_tenant: u64,
+    pub over_class: u64,
+}
+
+/// The maps' contents as last written: compare two to see whether anything changed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapsStatus {
+    pub mode: String,
+    pub default_class: u8,
+    pub rules_present: u8,
+    pub classes: Vec<MapClass>,
+    /// (network, rule target).
+    pub src_v4: Vec<(String, u32)>,
+    pub src_v6: Vec<(String, u32)>,
+    pub dst_ports: Vec<(u16, u32)>,
+    pub dscp: Vec<(u8, u32)>,
+    pub tenants: Vec<MapTenant>,
+    pub tenant_v4: Vec<(String, u32)>,
+    pub tenant_v6: Vec<(String, u32)>,
+}
+
+/// One slot of the classes map.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapClass {
+    pub name: String,
+    pub rate_milli: u64,
+    pub burst_milli: u64,
+    pub cost_milli: u64,
+    pub mode: String,
+    pub action: String,
+    pub mark_dscp: u8,
+}
+
+/// One slot of the tenants map.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapTenant {
+    pub name: String,
+    pub rate_milli: u64,
+    pub burst_milli: u64,
+    pub coarse_clock: bool,
+}
+
+/// `get_config`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ConfigAnswer {
+    pub config_version: u64,
+    pub config: crate::config::Config,
+}
+
+/// Any configuration change (and `reload`): the version now running.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Changed {
+    pub config_version: u64,
+}
+
+/// `sample`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Sampled {
+    pub accepted: usize,
+}
+
+/// `admit`. Figures JSON cannot carry (NaN) are null.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AdmitAnswer {
+    pub verdict: Verdict,
+    /// The HTTP status to answer the job's client with, for a rejection.
+    pub status: Option<u16>,
+    pub reason: String,
+    pub p_on_time: Option<f64>,
+    pub threshold: Option<f64>,
+    pub guarded: bool,
+    pub slack_ms: Option<f64>,
+    pub queue_age_ms: Option<f64>,
+    pub retry_after_ms: Option<u64>,
+    pub retry_after_s: Option<u64>,
+    pub service_p95_ms: Option<f64>,
+    pub service_source: Source,
+    pub estimator_version: u64,
+}
+
+/// `decisions`: the controller's latest budget decisions.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DecisionsAnswer {
+    pub decisions: Vec<Value>,
+}
+
+/// `version`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VersionAnswer {
+    pub version: String,
+    pub protocol: u64,
+    pub config_version: u64,
+}
+
+/// A figure JSON can carry: NaN and the infinities are `None`.
+pub fn finite(v: f64) -> Option<f64> {
+    v.is_finite().then_some(v)
 }
 
 #[cfg(test)]
@@ -339,5 +720,35 @@ mod tests {
         assert_eq!(s.deadline_ms, None);
         assert!(matches!(Request::parse(br#"{"op":"status"}"#).unwrap(), Request::Status(_)));
         assert!(matches!(Request::parse(br#"{"op":"decisions"}"#).unwrap(), Request::Decisions(Decisions { n: 20 })));
+    }
+
+    #[test]
+    fn answers_put_ok_first_and_read_back_as_their_type() {
+        let changed = encode_ok(&Changed { config_version: 7 });
+        assert_eq!(changed, b"{\"ok\":true,\"config_version\":7}\n");
+        let line: Value = serde_json::from_slice(&changed).unwrap();
+        assert_eq!(decode::<Changed>(&line).unwrap(), Ok(Changed { config_version: 7 }));
+        assert_eq!(encode_ok(&Empty {}), b"{\"ok\":true}\n");
+
+        let error = ApiError::new(ErrorCode::TooLong, "x");
+        let line: Value = serde_json::from_slice(&error.encode()).unwrap();
+        assert!(error.encode().starts_with(b"{\"ok\":false,\"error\":"));
+        assert_eq!(decode::<Changed>(&line).unwrap(), Err(error));
+    }
+
+    #[test]
+    fn a_status_reply_reads_back_whole() {
+        let snapshot: StatusSnapshot = serde_json::from_value(serde_json::json!({
+            "version": "0.1.0", "mode": "enforce", "config_version": 3, "estimator_version": 2, "uptime_s": 1.5,
+            "iface": "eth0", "attachment": "xdp", "attached": true, "hook_problem": null, "gpu": null,
+            "classes": [], "tenants": [], "passed": {"fail_open": 4}, "maps": null,
+        }))
+        .unwrap();
+        let samples = SamplesStatus { accepted: 5, rejected_batches: 1, pending: 2 };
+        let reply = StatusReply { samples, snapshot: serde_json::to_vec(&snapshot).unwrap().into() };
+        let line = reply.encode();
+        assert!(line.starts_with(b"{\"ok\":true,\"samples\":"), "{}", String::from_utf8_lossy(&line));
+        let line: Value = serde_json::from_slice(&line).unwrap();
+        assert_eq!(decode::<StatusAnswer>(&line).unwrap(), Ok(StatusAnswer { samples, snapshot }));
     }
 }

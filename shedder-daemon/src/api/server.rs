@@ -26,7 +26,6 @@ use std::{
 };
 
 use anyhow::Context as _;
-use serde_json::Value;
 use tokio::{
     io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader},
     net::{UnixListener, UnixStream},
@@ -36,7 +35,8 @@ use tracing::info;
 
 use super::{
     ops,
-    protocol::{Access, ApiError, ErrorCode, MAX_LINE, Request},
+    protocol::{Access, Answer, ApiError, Changed, ErrorCode, MAX_LINE, Request},
+    status::StatusCache,
 };
 use crate::{
     daemon::DaemonHandle,
@@ -167,6 +167,7 @@ async fn serve(listener: UnixListener, handle: DaemonHandle, policy: Arc<AccessP
     let anyone = Arc::new(Semaphore::new(MAX_CONNECTIONS));
     let admins = Arc::new(Semaphore::new(ADMIN_RESERVED));
     let samples = Arc::new(SampleLimits::default());
+    let status = Arc::new(StatusCache::default());
     let mut errors = AcceptErrors::new("control socket");
     loop {
         let mut stream = match listener.accept().await {
@@ -185,21 +186,30 @@ async fn serve(listener: UnixListener, handle: DaemonHandle, policy: Arc<AccessP
             Err(e) => Err(e),
         };
         let Ok(permit) = permit else {
-            let busy = ApiError::new(ErrorCode::Unavailable, "too many connections; try again").to_json();
+            let busy = ApiError::new(ErrorCode::Unavailable, "too many connections; try again").encode();
             tokio::spawn(async move {
-                let _ = tokio::time::timeout(WRITE_TIMEOUT, write_line(&mut stream, &busy)).await;
+                let _ = tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&busy)).await;
             });
             continue;
         };
-        let (handle, policy, samples) = (handle.clone(), policy.clone(), samples.clone());
+        let shared =
+            Shared { handle: handle.clone(), policy: policy.clone(), samples: samples.clone(), status: status.clone() };
         tokio::spawn(async move {
             let _permit = permit;
             let peer = Peer { uid: cred.uid(), gid: cred.gid(), admin };
-            if let Err(e) = connection(stream, peer, handle, &policy, &samples).await {
+            if let Err(e) = connection(stream, peer, &shared).await {
                 tracing::debug!("control connection ended: {e}");
             }
         });
     }
+}
+
+/// What every connection uses.
+struct Shared {
+    handle: DaemonHandle,
+    policy: Arc<AccessPolicy>,
+    samples: Arc<SampleLimits>,
+    status: Arc<StatusCache>,
 }
 
 /// Who is on the other end.
@@ -231,32 +241,6 @@ impl SampleLimits {
         *tokens -= n as f64;
         true
     }
-}
-
-async fn write_line(stream: &mut (impl tokio::io::AsyncWrite + Unpin), value: &Value) -> std::io::Result<()> {
-    stream.write_all(&encode(value)).await
-}
-
-/// One answer line, `"ok"` first (so `{"ok":true` can be matched on the
-/// prefix), then the other fields.
-pub fn encode(value: &Value) -> Vec<u8> {
-    let mut line = Vec::with_capacity(256);
-    match value {
-        Value::Object(fields) if fields.contains_key("ok") => {
-            line.extend_from_slice(b"{\"ok\":");
-            line.extend_from_slice(if fields["ok"] == Value::Bool(true) { b"true" } else { b"false" });
-            for (key, value) in fields.iter().filter(|(k, _)| *k != "ok") {
-                line.push(b',');
-                serde_json::to_writer(&mut line, key).expect("JSON strings serialise");
-                line.push(b':');
-                serde_json::to_writer(&mut line, value).expect("JSON values serialise");
-            }
-            line.push(b'}');
-        }
-        other => serde_json::to_writer(&mut line, other).expect("JSON values serialise"),
-    }
-    line.push(b'\n');
-    line
 }
 
 /// What reading one line gave.
@@ -300,13 +284,7 @@ async fn read_line(reader: &mut BufReader<impl tokio::io::AsyncRead + Unpin>, ma
     }
 }
 
-async fn connection(
-    stream: UnixStream,
-    peer: Peer,
-    handle: DaemonHandle,
-    policy: &AccessPolicy,
-    samples: &SampleLimits,
-) -> std::io::Result<()> {
+async fn connection(stream: UnixStream, peer: Peer, shared: &Shared) -> std::io::Result<()> {
     let max = if peer.admin { MAX_ADMIN_LINE } else { MAX_LINE };
     let (read, mut write) = stream.into_split();
     let mut reader = BufReader::new(read);
@@ -318,32 +296,27 @@ async fn connection(
         let answer = match line {
             Line::Eof => return Ok(()),
             Line::TooLong => {
-                ApiError::new(ErrorCode::TooLong, format!("a request line is at most {max} bytes")).to_json()
+                ApiError::new(ErrorCode::TooLong, format!("a request line is at most {max} bytes")).encode()
             }
             Line::Complete(line) if line.iter().all(u8::is_ascii_whitespace) => continue,
-            Line::Complete(line) => answer(&line, &handle, policy, peer, samples).await,
+            Line::Complete(line) => answer(&line, shared, peer).await,
         };
-        match tokio::time::timeout(WRITE_TIMEOUT, write_line(&mut write, &answer)).await {
+        match tokio::time::timeout(WRITE_TIMEOUT, write.write_all(&answer)).await {
             Ok(result) => result?,
             Err(_) => return Ok(()),
         }
     }
 }
 
-async fn answer(
-    line: &[u8],
-    handle: &DaemonHandle,
-    policy: &AccessPolicy,
-    peer: Peer,
-    samples: &SampleLimits,
-) -> Value {
+async fn answer(line: &[u8], shared: &Shared, peer: Peer) -> Vec<u8> {
     let Peer { uid, gid, .. } = peer;
+    let arrived = std::time::Instant::now();
     let request = match Request::parse(line) {
         Ok(request) => request,
-        Err(e) => return e.to_json(),
+        Err(e) => return e.encode(),
     };
     if let Request::Sample(batch) = &request
-        && !samples.take(uid, batch.samples.len())
+        && !shared.samples.take(uid, batch.samples.len())
     {
         return ApiError::new(
             ErrorCode::Unavailable,
@@ -352,26 +325,27 @@ async fn answer(
                 batch.samples.len()
             ),
         )
-        .to_json();
+        .encode();
     }
-    if !policy.allows(request.access(), uid, gid) {
+    if !shared.policy.allows(request.access(), uid, gid) {
         return ApiError::new(
             ErrorCode::Refused,
             format!("uid {uid} (gid {gid}) may not change the configuration: root or the admin uid/gid only"),
         )
-        .to_json();
+        .encode();
     }
     let mutating = request.access() == Access::Admin;
-    let result = handle.call(move |daemon| ops::handle(daemon, request)).await;
+    let status = shared.status.clone();
+    let result = shared.handle.call(move |daemon| ops::handle(daemon, request, &status, arrived)).await;
     match result {
-        Ok(Ok(value)) => {
-            if mutating && let Some(v) = value.get("config_version") {
-                info!(uid, config_version = %v, "configuration changed through the control socket");
+        Ok(Ok(answer)) => {
+            if mutating && let Answer::Changed(Changed { config_version }) = &answer {
+                info!(uid, config_version, "configuration changed through the control socket");
             }
-            value
+            answer.encode()
         }
-        Ok(Err(e)) => e.to_json(),
-        Err(gone) => ApiError::new(ErrorCode::Unavailable, gone.to_string()).to_json(),
+        Ok(Err(e)) => e.encode(),
+        Err(gone) => ApiError::new(ErrorCode::Unavailable, gone.to_string()).encode(),
     }
 }
 
@@ -387,16 +361,5 @@ mod tests {
         assert!(!limits.take(1000, burst / 2), "then nothing big until it refills");
         assert!(limits.take(1001, burst), "another uid is not held back");
         assert!(!limits.take(1002, burst + 1), "more than a burst is never taken");
-    }
-
-    #[test]
-    fn ok_comes_first_and_the_line_is_json() {
-        let value = serde_json::json!({"a": 1, "ok": true, "z": {"k": [1, 2]}});
-        let line = encode(&value);
-        assert!(line.starts_with(b"{\"ok\":true,"), "{}", String::from_utf8_lossy(&line));
-        assert_eq!(line.last(), Some(&b'\n'));
-        assert_eq!(serde_json::from_slice::<Value>(&line).unwrap(), value);
-        let err = ApiError::new(ErrorCode::TooLong, "x").to_json();
-        assert!(encode(&err).starts_with(b"{\"ok\":false,\"error\":"));
     }
 }

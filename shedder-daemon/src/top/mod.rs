@@ -19,9 +19,11 @@ use ratatui::{
     DefaultTerminal,
     crossterm::event::{self, Event, KeyCode, KeyEventKind, KeyModifiers},
 };
-use serde_json::json;
 
-use crate::api::ctl::{self, CtlOp};
+use crate::api::{
+    ctl,
+    protocol::{Decisions, DecisionsAnswer, Empty, Request, SetMode, StatusAnswer, decode},
+};
 use model::{Model, PendingChange};
 
 /// Budget decisions shown, newest first.
@@ -108,27 +110,23 @@ fn event_loop(terminal: &mut DefaultTerminal, args: &TopArgs) -> anyhow::Result<
 }
 
 fn poll(model: &mut Model, socket: &Path) {
-    match ctl::call_within(socket, &json!({"op": "status"}), ANSWER_WITHIN) {
-        Ok(answer) if answer["ok"] == json!(true) => model.update_status(answer, Instant::now()),
-        Ok(answer) => {
-            model.unreachable(format!("status: {}", answer["error"]["message"].as_str().unwrap_or("refused")));
-            return;
-        }
-        Err(e) => {
-            model.unreachable(e.to_string());
-            return;
-        }
+    let status = ctl::call_within(socket, &Request::Status(Empty {}), ANSWER_WITHIN).map_err(|e| e.to_string());
+    match status.and_then(|answer| decode::<StatusAnswer>(&answer).map_err(|e| format!("status: unreadable: {e}"))) {
+        Ok(Ok(status)) => model.update_status(status, Instant::now()),
+        Ok(Err(e)) => return model.unreachable(format!("status: {}", e.message)),
+        Err(e) => return model.unreachable(e),
     }
-    if let Ok(answer) = ctl::call_within(socket, &json!({"op": "decisions", "n": DECISIONS_SHOWN}), ANSWER_WITHIN) {
-        model.decisions = answer["decisions"].as_array().cloned().unwrap_or_default();
+    let decisions = Request::Decisions(Decisions { n: DECISIONS_SHOWN });
+    if let Ok(Ok(Ok(answer))) =
+        ctl::call_within(socket, &decisions, ANSWER_WITHIN).map(|a| decode::<DecisionsAnswer>(&a))
+    {
+        model.decisions = answer.decisions;
     }
 }
 
 fn change_mode(model: &mut Model, socket: &Path, change: &PendingChange) {
-    let op = CtlOp::SetMode { mode: change.mode.to_string(), class: Some(change.class.clone()) };
-    let answer = ctl::request(&op)
-        .map_err(|e| e.to_string())
-        .and_then(|r| ctl::call_within(socket, &r, ANSWER_WITHIN).map_err(|e| e.to_string()));
+    let request = Request::SetMode(SetMode { mode: change.mode, class: Some(change.class.clone()) });
+    let answer = ctl::call_within(socket, &request, ANSWER_WITHIN).map_err(|e| e.to_string());
     match answer {
         Ok(answer) => model.change_answered(change, &answer),
         Err(e) => model.message = Some(format!("not changed: {e}")),

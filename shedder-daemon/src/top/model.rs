@@ -10,6 +10,8 @@ use std::{
 
 use serde_json::Value;
 
+use crate::api::protocol::{Changed, ClassStatus, ErrorCode, ModeOrInherit, StatusAnswer, TenantStatus, decode};
+
 /// How far back the slack sparkline reaches.
 pub const SLACK_HISTORY: Duration = Duration::from_secs(60);
 
@@ -34,15 +36,9 @@ struct Counters {
 }
 
 impl Counters {
-    fn of_class(class: &Value) -> Self {
-        let c = &class["counters"];
-        let n = |k: &str| c[k].as_u64().unwrap_or(0);
-        Self {
-            seen: n("seen"),
-            admitted: n("admitted"),
-            shed: n("dropped") + n("rejected"),
-            would_shed: n("would_shed"),
-        }
+    fn of_class(class: &ClassStatus) -> Self {
+        let c = &class.counters;
+        Self { seen: c.seen, admitted: c.admitted, shed: c.dropped + c.rejected, would_shed: c.would_shed }
     }
 
     /// Rates from `earlier` to `self` over `secs`.
@@ -74,10 +70,9 @@ struct TenantCounters {
 }
 
 impl TenantCounters {
-    fn of_tenant(tenant: &Value) -> Self {
-        let c = &tenant["counters"];
-        let n = |k: &str| c[k].as_u64().unwrap_or(0);
-        Self { admitted: n("admitted"), over_tenant: n("over_tenant"), over_class: n("over_class") }
+    fn of_tenant(tenant: &TenantStatus) -> Self {
+        let c = &tenant.counters;
+        Self { admitted: c.admitted, over_tenant: c.over_tenant, over_class: c.over_class }
     }
 
     fn rates_since(&self, earlier: &Self, secs: f64) -> TenantRates {
@@ -105,13 +100,14 @@ pub enum Link {
 }
 
 /// The modes a class can be switched to, in the order `m` cycles them.
-pub const CLASS_MODES: [&str; 4] = ["off", "observe", "enforce", "inherit"];
+pub const CLASS_MODES: [ModeOrInherit; 4] =
+    [ModeOrInherit::Off, ModeOrInherit::Observe, ModeOrInherit::Enforce, ModeOrInherit::Inherit];
 
 /// A mode change shown for confirmation before it is sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PendingChange {
     pub class: String,
-    pub mode: &'static str,
+    pub mode: ModeOrInherit,
 }
 
 /// The counters of the previous poll, to take rates against.
@@ -125,7 +121,7 @@ struct Poll {
 pub struct Model {
     pub link: Link,
     /// The last `status` answer.
-    pub status: Option<Value>,
+    pub status: Option<StatusAnswer>,
     pub decisions: Vec<Value>,
     pub rates: HashMap<String, Rates>,
     pub tenant_rates: HashMap<String, TenantRates>,
@@ -162,13 +158,13 @@ impl Default for Model {
 
 impl Model {
     /// Takes in a `status` answer polled at `now`.
-    pub fn update_status(&mut self, status: Value, now: Instant) {
-        let classes = class_list(&status);
+    pub fn update_status(&mut self, status: StatusAnswer, now: Instant) {
+        let classes = &status.snapshot.classes;
         let counters: HashMap<String, Counters> =
-            classes.iter().map(|c| (name(c).to_string(), Counters::of_class(c))).collect();
+            classes.iter().map(|c| (c.name.clone(), Counters::of_class(c))).collect();
         let tenants: HashMap<String, TenantCounters> =
-            tenant_list(&status).iter().map(|t| (name(t).to_string(), TenantCounters::of_tenant(t))).collect();
-        let fail_open = status["passed"]["fail_open"].as_u64().unwrap_or(0);
+            status.snapshot.tenants.iter().map(|t| (t.name.clone(), TenantCounters::of_tenant(t))).collect();
+        let fail_open = status.snapshot.passed.get("fail_open").copied().unwrap_or(0);
         if let Some(earlier) = &self.last {
             let secs = now.duration_since(earlier.at).as_secs_f64();
             if secs > 0.0 {
@@ -187,9 +183,9 @@ impl Model {
             }
             self.failing_open = fail_open > earlier.fail_open;
         }
-        for class in &classes {
-            if let Some(slack) = class["slack"]["slack_ms"].as_f64() {
-                let history = self.slack.entry(name(class).to_string()).or_default();
+        for class in classes {
+            if let Some(slack) = class.slack_ms() {
+                let history = self.slack.entry(class.name.clone()).or_default();
                 history.push_back((now, slack));
                 while history.front().is_some_and(|(at, _)| now.duration_since(*at) > SLACK_HISTORY) {
                     history.pop_front();
@@ -213,7 +209,7 @@ impl Model {
     }
 
     pub fn class_names(&self) -> Vec<String> {
-        self.status.as_ref().map(|s| class_list(s).iter().map(|c| name(c).to_string()).collect()).unwrap_or_default()
+        self.status.as_ref().map(|s| s.snapshot.classes.iter().map(|c| c.name.clone()).collect()).unwrap_or_default()
     }
 
     /// The last minute of a class's slack, oldest first.
@@ -235,38 +231,30 @@ impl Model {
             return;
         }
         let Some(status) = &self.status else { return };
-        let Some(class) = class_list(status).get(self.selected).copied() else { return };
-        let current = class["mode"].as_str().unwrap_or("");
-        let at = CLASS_MODES.iter().position(|m| *m == current).unwrap_or(CLASS_MODES.len() - 1);
+        let Some(class) = status.snapshot.classes.get(self.selected) else { return };
+        let at = CLASS_MODES.iter().position(|m| m.mode() == Some(class.mode)).unwrap_or(CLASS_MODES.len() - 1);
         let mode = CLASS_MODES[(at + 1) % CLASS_MODES.len()];
-        self.pending = Some(PendingChange { class: name(class).to_string(), mode });
+        self.pending = Some(PendingChange { class: class.name.clone(), mode });
     }
 
     /// Takes in the daemon's answer to a change.
     pub fn change_answered(&mut self, change: &PendingChange, answer: &Value) {
-        self.message = Some(if answer["ok"] == Value::Bool(true) {
-            format!("class {} set to {} (config version {})", change.class, change.mode, answer["config_version"])
-        } else {
-            let code = answer["error"]["code"].as_str().unwrap_or("error");
-            if code == "refused" {
-                self.read_only = true;
+        self.message = Some(match decode::<Changed>(answer) {
+            Ok(Ok(changed)) => format!(
+                "class {} set to {} (config version {})",
+                change.class,
+                change.mode.as_str(),
+                changed.config_version
+            ),
+            Ok(Err(e)) => {
+                if e.code == ErrorCode::Refused {
+                    self.read_only = true;
+                }
+                e.to_string()
             }
-            format!("{code}: {}", answer["error"]["message"].as_str().unwrap_or("(no message)"))
+            Err(e) => format!("the daemon's answer does not read as a change: {e}"),
         });
     }
-}
-
-fn class_list(status: &Value) -> Vec<&Value> {
-    status["classes"].as_array().map(|a| a.iter().collect()).unwrap_or_default()
-}
-
-fn tenant_list(status: &Value) -> Vec<&Value> {
-    status["tenants"].as_array().map(|a| a.iter().collect()).unwrap_or_default()
-}
-
-/// A class's or a tenant's name.
-fn name(entry: &Value) -> &str {
-    entry["name"].as_str().unwrap_or("?")
 }
 
 #[cfg(test)]
@@ -274,17 +262,33 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::config::ModeName;
 
-    fn status(seen: u64, admitted: u64, dropped: u64, would_shed: u64, slack_ms: f64, fail_open: u64) -> Value {
-        json!({
-            "mode": "observe",
+    /// A `status` answer with `fields` over those of an idle daemon.
+    fn typed(fields: Value) -> StatusAnswer {
+        let mut answer = json!({
+            "version": "0.1.0", "mode": "observe", "config_version": 1, "estimator_version": 0, "uptime_s": 1.0,
+            "iface": "lo", "attachment": "xdp", "attached": true, "hook_problem": null, "gpu": null,
+            "classes": [], "tenants": [], "passed": {}, "maps": null,
+            "samples": {"accepted": 0, "rejected_batches": 0, "pending": 0},
+        });
+        for (key, value) in fields.as_object().unwrap() {
+            answer[key] = value.clone();
+        }
+        serde_json::from_value(answer).unwrap()
+    }
+
+    fn status(seen: u64, admitted: u64, dropped: u64, would_shed: u64, slack_ms: f64, fail_open: u64) -> StatusAnswer {
+        typed(json!({
             "passed": {"fail_open": fail_open},
             "classes": [{
-                "name": "web", "mode": "observe",
+                "name": "web", "mode": "observe", "action": "drop", "rate": 10.0, "burst": 10.0, "cost": 1.0,
+                "tokens": 10.0, "controlled": false,
                 "counters": {"seen": seen, "admitted": admitted, "dropped": dropped, "rejected": 0, "marked": 0, "would_shed": would_shed},
-                "slack": {"slack_ms": slack_ms},
+                "slack": {"slack_ms": slack_ms}, "queue_age_p95_ms": null, "service_p95_ms": null,
+                "estimate_source": null, "on_time_share": null, "wasted_admissions": 0,
             }],
-        })
+        }))
     }
 
     #[test]
@@ -304,8 +308,11 @@ mod tests {
     fn tenant_rates_are_counter_deltas_too() {
         let with_tenant = |admitted: u64, over_tenant: u64, over_class: u64| {
             let mut s = status(0, 0, 0, 0, 0.0, 0);
-            s["tenants"] = json!([{"name": "acme", "counters":
-                {"admitted": admitted, "over_tenant": over_tenant, "over_class": over_class}}]);
+            s.snapshot.tenants = typed(json!({"tenants": [{"name": "acme", "share": 1.0, "weight": 1.0,
+                "rate": 1.0, "burst": 1.0, "tokens": 1.0, "counters":
+                {"admitted": admitted, "over_tenant": over_tenant, "over_class": over_class}}]}))
+            .snapshot
+            .tenants;
             s
         };
         let t0 = Instant::now();
@@ -346,8 +353,12 @@ mod tests {
         let mut model = Model::default();
         model.update_status(status(0, 0, 0, 0, 0.0, 0), Instant::now());
         // (mode the daemon reports, mode proposed next)
-        for (current, next) in [("off", "observe"), ("observe", "enforce"), ("enforce", "inherit")] {
-            model.status.as_mut().unwrap()["classes"][0]["mode"] = json!(current);
+        for (current, next) in [
+            (ModeName::Off, ModeOrInherit::Observe),
+            (ModeName::Observe, ModeOrInherit::Enforce),
+            (ModeName::Enforce, ModeOrInherit::Inherit),
+        ] {
+            model.status.as_mut().unwrap().snapshot.classes[0].mode = current;
             model.propose_next_mode();
             assert_eq!(model.pending, Some(PendingChange { class: "web".into(), mode: next }));
         }
@@ -357,7 +368,7 @@ mod tests {
     fn a_refused_change_makes_the_view_read_only() {
         let mut model = Model::default();
         model.update_status(status(0, 0, 0, 0, 0.0, 0), Instant::now());
-        let change = PendingChange { class: "web".into(), mode: "enforce" };
+        let change = PendingChange { class: "web".into(), mode: ModeOrInherit::Enforce };
         let refused =
             json!({"ok": false, "error": {"code": "refused", "message": "uid 65534 may not change the configuration"}});
         model.change_answered(&change, &refused);

@@ -12,7 +12,10 @@ use ratatui::{
 use serde_json::Value;
 
 use super::model::{Link, Model};
-use crate::api::ctl::decision_line;
+use crate::{
+    api::{ctl::decision_line, protocol::ModeOrInherit},
+    config::ModeName,
+};
 
 /// Eight heights, lowest first.
 const BARS: [char; 8] = ['▁', '▂', '▃', '▄', '▅', '▆', '▇', '█'];
@@ -31,8 +34,12 @@ pub fn sparkline(values: &[f64], width: usize) -> String {
         .collect()
 }
 
-fn num(v: &Value, decimals: usize) -> String {
-    v.as_f64().map_or_else(|| "-".into(), |x| format!("{x:.decimals$}"))
+fn num(v: Option<f64>, decimals: usize) -> String {
+    v.map_or_else(|| "-".into(), |x| format!("{x:.decimals$}"))
+}
+
+fn mode_word(mode: ModeName) -> String {
+    ModeOrInherit::from(mode).as_str().into()
 }
 
 fn rate(r: Option<f64>) -> String {
@@ -40,7 +47,7 @@ fn rate(r: Option<f64>) -> String {
 }
 
 pub fn draw(frame: &mut Frame, model: &Model, socket: &str) {
-    let tenants = model.status.as_ref().and_then(|s| s["tenants"].as_array()).map_or(0, Vec::len);
+    let tenants = model.status.as_ref().map_or(0, |s| s.snapshot.tenants.len());
     // Borders and the header row take three lines; no tenants, no table.
     let tenant_height = if tenants > 0 { tenants.min(8) as u16 + 3 } else { 0 };
     let [header, classes, tenant_area, decisions, footer] = Layout::vertical([
@@ -71,7 +78,7 @@ fn header_lines(model: &Model, socket: &str) -> Paragraph<'static> {
     };
     let mut lines =
         vec![Line::from(vec![Span::styled("shedder top  ", Style::default().add_modifier(Modifier::BOLD)), link])];
-    if let Some(s) = &model.status {
+    if let Some(s) = model.status.as_ref().map(|s| &s.snapshot) {
         let fail_open = if model.failing_open {
             Span::styled("FAILING OPEN (watchdog)", Style::default().fg(Color::Red).add_modifier(Modifier::BOLD))
         } else {
@@ -80,16 +87,16 @@ fn header_lines(model: &Model, socket: &str) -> Paragraph<'static> {
         lines.push(Line::from(vec![
             Span::raw(format!(
                 "daemon {}  {} on {}  mode {}  config v{}  up {:.0}s  ",
-                s["version"].as_str().unwrap_or("?"),
-                s["attachment"].as_str().unwrap_or("?"),
-                s["iface"].as_str().unwrap_or("?"),
-                s["mode"].as_str().unwrap_or("?"),
-                s["config_version"],
-                s["uptime_s"].as_f64().unwrap_or(0.0),
+                s.version,
+                s.attachment.as_deref().unwrap_or("?"),
+                s.iface.as_deref().unwrap_or("?"),
+                mode_word(s.mode),
+                s.config_version,
+                s.uptime_s,
             )),
             fail_open,
         ]));
-        lines.push(Line::raw(gpu_words(&s["gpu"])));
+        lines.push(Line::raw(gpu_words(s.gpu.as_ref().unwrap_or(&Value::Null))));
     }
     Paragraph::new(lines)
 }
@@ -132,25 +139,24 @@ fn class_table(model: &Model) -> Table<'static> {
         "wasted",
     ])
     .style(Style::default().add_modifier(Modifier::BOLD));
-    let classes = model.status.as_ref().and_then(|s| s["classes"].as_array().cloned()).unwrap_or_default();
+    let classes = model.status.as_ref().map(|s| s.snapshot.classes.as_slice()).unwrap_or_default();
     let rows = classes.iter().enumerate().map(|(i, c)| {
-        let name = c["name"].as_str().unwrap_or("?").to_string();
-        let r = model.rates.get(&name);
+        let r = model.rates.get(&c.name);
         let row = Row::new([
-            Cell::from(name.clone()),
-            Cell::from(c["mode"].as_str().unwrap_or("?").to_string()),
+            Cell::from(c.name.clone()),
+            Cell::from(mode_word(c.mode)),
             Cell::from(rate(r.map(|r| r.offered))),
             Cell::from(rate(r.map(|r| r.admitted))),
             Cell::from(rate(r.map(|r| r.shed))),
             Cell::from(rate(r.map(|r| r.would_shed))),
-            Cell::from(num(&c["rate"], 1)),
-            Cell::from(format!("{}/{}", num(&c["tokens"], 0), num(&c["burst"], 0))),
-            Cell::from(num(&c["slack"]["slack_ms"], 0)),
-            Cell::from(sparkline(&model.slack_history(&name), 20)),
-            Cell::from(num(&c["queue_age_p95_ms"], 0)),
-            Cell::from(num(&c["service_p95_ms"], 0)),
-            Cell::from(c["on_time_share"].as_f64().map_or_else(|| "-".into(), |f| format!("{:.0}%", f * 100.0))),
-            Cell::from(num(&c["wasted_admissions"], 0)),
+            Cell::from(num(Some(c.rate), 1)),
+            Cell::from(format!("{}/{}", num(Some(c.tokens), 0), num(Some(c.burst), 0))),
+            Cell::from(num(c.slack_ms(), 0)),
+            Cell::from(sparkline(&model.slack_history(&c.name), 20)),
+            Cell::from(num(c.queue_age_p95_ms, 0)),
+            Cell::from(num(c.service_p95_ms, 0)),
+            Cell::from(c.on_time_share.map_or_else(|| "-".into(), |f| format!("{:.0}%", f * 100.0))),
+            Cell::from(c.wasted_admissions.to_string()),
         ]);
         if i == model.selected { row.style(Style::default().add_modifier(Modifier::REVERSED)) } else { row }
     });
@@ -177,16 +183,15 @@ fn tenant_table(model: &Model) -> Table<'static> {
     let header =
         Row::new(["tenant", "share/s", "weight", "budget/s", "tokens", "admitted/s", "over tenant/s", "over class/s"])
             .style(Style::default().add_modifier(Modifier::BOLD));
-    let tenants = model.status.as_ref().and_then(|s| s["tenants"].as_array().cloned()).unwrap_or_default();
+    let tenants = model.status.as_ref().map(|s| s.snapshot.tenants.as_slice()).unwrap_or_default();
     let rows = tenants.iter().map(|t| {
-        let name = t["name"].as_str().unwrap_or("?").to_string();
-        let r = model.tenant_rates.get(&name);
+        let r = model.tenant_rates.get(&t.name);
         Row::new([
-            Cell::from(name.clone()),
-            Cell::from(num(&t["share"], 1)),
-            Cell::from(num(&t["weight"], 1)),
-            Cell::from(num(&t["rate"], 1)),
-            Cell::from(format!("{}/{}", num(&t["tokens"], 0), num(&t["burst"], 0))),
+            Cell::from(t.name.clone()),
+            Cell::from(num(t.share, 1)),
+            Cell::from(num(t.weight, 1)),
+            Cell::from(num(Some(t.rate), 1)),
+            Cell::from(format!("{}/{}", num(Some(t.tokens), 0), num(Some(t.burst), 0))),
             Cell::from(rate(r.map(|r| r.admitted))),
             Cell::from(rate(r.map(|r| r.over_tenant))),
             Cell::from(rate(r.map(|r| r.over_class))),
@@ -219,7 +224,7 @@ fn decision_lines(model: &Model) -> Paragraph<'static> {
 fn footer_lines(model: &Model) -> Paragraph<'static> {
     let keys = match &model.pending {
         Some(change) => Line::styled(
-            format!("Set class {} to mode {}? y: yes, n: no", change.class, change.mode),
+            format!("Set class {} to mode {}? y: yes, n: no", change.class, change.mode.as_str()),
             Style::default().fg(Color::Yellow).add_modifier(Modifier::BOLD),
         ),
         None if model.read_only => {

@@ -1,0 +1,72 @@
+//! How `shedder ctl` spells the request fields on its command line: the
+//! value parsers of the request types' clap arguments. `none` (or the
+//! field's own word for it) is JSON's `null`, which clears a field.
+
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use super::protocol::OrNull;
+use crate::config::{AdaptiveSpec, ModeName};
+use crate::control::Tier;
+
+/// A number that is neither NaN, infinite nor negative (JSON carries none
+/// of the first two, and no field takes the last).
+pub fn amount(text: &str) -> Result<f64, String> {
+    let value: f64 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
+    if value.is_nan() {
+        Err("NaN is not a number".into())
+    } else if value.is_infinite() {
+        Err(format!("{text} is infinite"))
+    } else if value < 0.0 {
+        Err(format!("{text} is negative"))
+    } else {
+        Ok(value)
+    }
+}
+
+/// A DSCP codepoint; the daemon checks its range with the rest of the config.
+pub fn dscp(text: &str) -> Result<u8, String> {
+    text.parse().map_err(|_| format!("{text:?} is not a codepoint (0..=63)"))
+}
+
+/// `parse`, or `none` for null.
+pub fn or_none<T>(
+    parse: impl Fn(&str) -> Result<T, String> + Clone,
+) -> impl Fn(&str) -> Result<OrNull<T>, String> + Clone {
+    move |text| if text == "none" { Ok(None) } else { parse(text).map(Some) }
+}
+
+/// One word as the config spells it (`drop`, `observe`).
+pub fn json_word<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    serde_json::from_value(Value::String(text.into())).map_err(|e| format!("{text:?}: {e}"))
+}
+
+/// A JSON value.
+pub fn json<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))
+}
+
+/// A class's mode; `inherit` follows the global mode.
+pub fn class_mode(text: &str) -> Result<OrNull<ModeName>, String> {
+    match text {
+        "inherit" => Ok(None),
+        _ => json_word(text).map(Some).map_err(|_| format!("{text:?}: off, observe, enforce or inherit")),
+    }
+}
+
+/// A class's tier; `default` goes back to the default tier.
+pub fn tier(text: &str) -> Result<OrNull<Tier>, String> {
+    match text {
+        "default" => Ok(None),
+        _ => json_word(text).map(Some).map_err(|_| format!("{text:?}: critical, standard, sheddable or default")),
+    }
+}
+
+/// `MIN:MAX` as the adaptive budget's bounds, `none` as null.
+pub fn adaptive(text: &str) -> Result<OrNull<AdaptiveSpec>, String> {
+    if text == "none" {
+        return Ok(None);
+    }
+    let (min, max) = text.split_once(':').ok_or_else(|| format!("{text:?}: MIN:MAX (jobs/s) or none"))?;
+    Ok(Some(AdaptiveSpec { min_rate: amount(min)?, max_rate: amount(max)? }))
+}
