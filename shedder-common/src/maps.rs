@@ -122,6 +122,7 @@ impl Default for GlobalConfig {
 /// Every SYN lands in exactly one outcome, so the outcomes sum to `seen`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
 pub struct ClassCounters {
     pub seen: u64,
     pub admitted: u64,
@@ -148,6 +149,7 @@ impl ClassCounters {
 /// in exactly one outcome, so the three sum to what the tenant offered.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
 pub struct TenantCounters {
     /// Fit both the tenant's bucket and its class's.
     pub admitted: u64,

@@ -1,7 +1,7 @@
 //! Control-socket round trips (printed): p50/p99 and ops/s of each op at 1,
 //! 16 and 128 concurrent clients, each on its own connection, against the
 //! daemon's owner loop on one thread (as `shedder run` has it) over a real
-//! datapath, with classes, a deadline class and a tenant. `set_class` sets a
+//! datapath, on `config/gpu-host.toml`. `set_class` sets a
 //! value the class already has (validated, nothing changes); `sample` is left
 //! out, as each uid may push only so many samples a second.
 //!
@@ -34,41 +34,9 @@ fn client(socket: &Path, request: &'static str, until: Instant) -> Vec<Duration>
     times
 }
 
-const CONFIG: &str = r#"
-mode = "observe"
-default_class = "web"
-
-[[class]]
-name = "web"
-rate = 100
-burst = 10
-action = "reject"
-
-[[class]]
-name = "batch"
-rate = 5
-burst = 5
-action = "drop"
-
-[[class]]
-name = "chat"
-rate = 20
-burst = 4
-action = "mark"
-mark_dscp = 10
-deadline_ms = 2000
-prior = { service_p95_ms = 400 }
-
-[[rule]]
-class = "batch"
-dst_port = 8001
-
-[[tenant]]
-name = "acme"
-cidrs = ["10.1.0.0/16"]
-rate = 50
-burst = 20
-"#;
+/// A GPU host's configuration: a controlled deadline class, a sheddable
+/// batch class, a marked one.
+const CONFIG: &str = include_str!("../../config/gpu-host.toml");
 
 /// (name, request line) of each op measured.
 const OPS: [(&str, &str); 6] = [
@@ -77,7 +45,7 @@ const OPS: [(&str, &str); 6] = [
     ("get_config", "{\"op\":\"get_config\"}\n"),
     ("decisions", "{\"op\":\"decisions\"}\n"),
     ("admit", "{\"op\":\"admit\",\"class\":\"chat\",\"deadline_ms\":1e9,\"now_ms\":0,\"queue_age_ms\":10}\n"),
-    ("set_class", "{\"op\":\"set_class\",\"class\":\"web\",\"rate\":100}\n"),
+    ("set_class", "{\"op\":\"set_class\",\"class\":\"enrich\",\"rate\":100}\n"),
 ];
 
 #[test]

@@ -460,13 +460,15 @@ mod tests {
         serde_json::to_value(request(&ctl.op)?).map_err(|e| e.to_string())
     }
 
+    /// One class with a deadline, so that its margin can be set.
     const CONFIG: &str = r#"
-        default_class = "web"
+        default_class = "chat"
         [[class]]
-        name = "web"
-        rate = 100
-        burst = 10
-        action = "drop"
+        name = "chat"
+        rate = 20
+        burst = 4
+        action = "mark"
+        mark_dscp = 12
         deadline_ms = 1000
     "#;
 
@@ -474,7 +476,7 @@ mod tests {
     /// fails to compile here until it has a row below.
     fn every_field() -> ClassSpec {
         ClassSpec {
-            name: "web".into(),
+            name: "chat".into(),
             rate: Some(1.0),
             burst: 1.0,
             cost: 1.0,
@@ -523,8 +525,8 @@ mod tests {
         let config = Config::parse(CONFIG).unwrap();
         for (args, value) in rows {
             let field = args[0][2..].replace('-', "_");
-            let line = sent(&[&["set-class", "web"], &args[..]].concat()).unwrap();
-            assert_eq!((&line["op"], &line["class"], &line[&field]), (&json!("set_class"), &json!("web"), &value));
+            let line = sent(&[&["set-class", "chat"], &args[..]].concat()).unwrap();
+            assert_eq!((&line["op"], &line["class"], &line[&field]), (&json!("set_class"), &json!("chat"), &value));
             let Ok(Request::SetClass(patch)) = Request::parse(line.to_string().as_bytes()) else {
                 panic!("{line} parses as set_class")
             };

@@ -9,6 +9,7 @@ use clap::{Args, ValueEnum};
 use ipnet::IpNet;
 use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned};
 use serde_json::Value;
+pub use shedder_common::maps::{ClassCounters, TenantCounters};
 
 use super::args;
 use crate::{
@@ -550,17 +551,6 @@ impl ClassStatus {
     }
 }
 
-/// A class's datapath counters (SYNs).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ClassCounters {
-    pub seen: u64,
-    pub admitted: u64,
-    pub dropped: u64,
-    pub rejected: u64,
-    pub marked: u64,
-    pub would_shed: u64,
-}
-
 /// Where a class's quantiles came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EstimateSources {
@@ -580,14 +570,6 @@ pub struct TenantStatus {
     pub burst: f64,
     pub tokens: f64,
     pub counters: TenantCounters,
-}
-
-/// A tenant's datapath counters (SYNs).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TenantCounters {
-    pub admitted: u64,
-    pub over_tenant: u64,
-    pub over_class: u64,
 }
 
 /// The maps' contents as last written: compare two to see whether anything changed.

@@ -18,8 +18,8 @@ use std::{
 use shedder_common::{bucket::clock, classify::Mode, maps::Action};
 
 use super::protocol::{
-    ApiError, ClassCounters, ClassStatus, ErrorCode, EstimateSources, MapClass, MapTenant, MapsStatus, SamplesStatus,
-    StatusReply, StatusSnapshot, TenantCounters, TenantStatus, finite,
+    ApiError, ClassStatus, ErrorCode, EstimateSources, MapClass, MapTenant, MapsStatus, SamplesStatus, StatusReply,
+    StatusSnapshot, TenantStatus, finite,
 };
 use crate::{config::Plan, daemon::Daemon};
 
@@ -90,7 +90,6 @@ pub fn snapshot(daemon: &Daemon) -> Result<StatusSnapshot, ApiError> {
         .map(|s| {
             let spec = config.classes.iter().find(|c| c.name == s.name);
             let estimate = control.estimators().estimate(&s.name, now);
-            let c = &s.counters;
             ClassStatus {
                 mode: spec.and_then(|c| c.mode).unwrap_or(config.mode),
                 action: spec.map(|c| c.action),
@@ -99,14 +98,7 @@ pub fn snapshot(daemon: &Daemon) -> Result<StatusSnapshot, ApiError> {
                 cost: milli(s.bucket.cost_milli),
                 tokens: milli(s.available_milli),
                 controlled: control.controller().rate(&s.name).is_some(),
-                counters: ClassCounters {
-                    seen: c.seen,
-                    admitted: c.admitted,
-                    dropped: c.dropped,
-                    rejected: c.rejected,
-                    marked: c.marked,
-                    would_shed: c.would_shed,
-                },
+                counters: s.counters,
                 slack: slacks.get(&s.name).map(|slack| serde_json::to_value(slack).expect("slack serialises")),
                 queue_age_p95_ms: estimate.as_ref().and_then(|e| finite(e.queue_age.quantiles.p95)),
                 service_p95_ms: estimate.as_ref().and_then(|e| finite(e.service.quantiles.p95)),
@@ -128,14 +120,13 @@ pub fn snapshot(daemon: &Daemon) -> Result<StatusSnapshot, ApiError> {
         .into_iter()
         .map(|s| {
             let spec = config.tenants.iter().find(|t| t.name == s.name);
-            let c = &s.counters;
             TenantStatus {
                 share: spec.map(|t| t.rate),
                 weight: spec.map(|t| t.weight),
                 rate: milli(s.bucket.rate_milli),
                 burst: milli(s.bucket.burst_milli),
                 tokens: milli(s.available_milli),
-                counters: TenantCounters { admitted: c.admitted, over_tenant: c.over_tenant, over_class: c.over_class },
+                counters: s.counters,
                 name: s.name,
             }
         })
