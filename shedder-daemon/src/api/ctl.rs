@@ -99,13 +99,26 @@ fn parse_timeout(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-fn socket_of(args: &CtlArgs) -> Result<PathBuf, String> {
+/// Why `shedder ctl` sent nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum CtlError {
+    #[error("reading {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{what}: {message}")]
+    Argument { what: &'static str, message: String },
+    #[error("no daemon's socket in {SOCKET_DIR}: is shedder running? (or give --socket)")]
+    NoDaemon,
+    #[error("{} daemons run here; pick one with --iface ({})", .0.len(), .0.join(", "))]
+    SeveralDaemons(Vec<String>),
+}
+
+fn socket_of(args: &CtlArgs) -> Result<PathBuf, CtlError> {
     resolve_socket(args.socket.as_deref(), args.iface.as_deref())
 }
 
 /// The socket to use: `socket`, the one of `iface`, or the only socket in
 /// [`SOCKET_DIR`].
-pub fn resolve_socket(socket: Option<&Path>, iface: Option<&str>) -> Result<PathBuf, String> {
+pub fn resolve_socket(socket: Option<&Path>, iface: Option<&str>) -> Result<PathBuf, CtlError> {
     if let Some(socket) = socket {
         return Ok(socket.to_path_buf());
     }
@@ -119,25 +132,28 @@ pub fn resolve_socket(socket: Option<&Path>, iface: Option<&str>) -> Result<Path
     sockets.sort();
     match sockets.as_slice() {
         [one] => Ok(one.clone()),
-        [] => Err(format!("no daemon's socket in {SOCKET_DIR}: is shedder running? (or give --socket)")),
-        several => Err(format!(
-            "{} daemons run here; pick one with --iface ({})",
-            several.len(),
-            several.iter().filter_map(|p| p.file_stem()).map(|s| s.to_string_lossy()).collect::<Vec<_>>().join(", ")
+        [] => Err(CtlError::NoDaemon),
+        several => Err(CtlError::SeveralDaemons(
+            several.iter().filter_map(|p| p.file_stem()).map(|s| s.to_string_lossy().into_owned()).collect(),
         )),
     }
 }
 
 /// `text`, or the contents of FILE when it is `@FILE`.
-fn argument_or_file(text: &str) -> Result<String, String> {
+fn argument_or_file(text: &str) -> Result<String, CtlError> {
     match text.strip_prefix('@') {
-        Some(path) => std::fs::read_to_string(path).map_err(|e| format!("reading {path}: {e}")),
+        Some(path) => std::fs::read_to_string(path).map_err(|source| CtlError::Read { path: path.into(), source }),
         None => Ok(text.to_string()),
     }
 }
 
+/// `text` as the JSON of argument `what`.
+fn json_argument<T: serde::de::DeserializeOwned>(what: &'static str, text: &str) -> Result<T, CtlError> {
+    args::json(text).map_err(|message| CtlError::Argument { what, message })
+}
+
 /// The line to send for `op`.
-pub fn request(op: &CtlOp) -> Result<Line, String> {
+pub fn request(op: &CtlOp) -> Result<Line, CtlError> {
     Ok(Line::Request(Box::new(match op {
         CtlOp::Status => Request::Status(Empty {}),
         CtlOp::GetConfig => Request::GetConfig(Empty {}),
@@ -145,17 +161,14 @@ pub fn request(op: &CtlOp) -> Result<Line, String> {
         CtlOp::SetTenant(patch) => Request::SetTenant(patch.clone()),
         CtlOp::SetMode(set) => Request::SetMode(set.clone()),
         CtlOp::SetRules { rules } => {
-            let rules = args::json(&argument_or_file(rules)?).map_err(|e| format!("RULES: {e}"))?;
-            Request::SetRules(SetRules { rules })
+            Request::SetRules(SetRules { rules: json_argument("RULES", &argument_or_file(rules)?)? })
         }
         CtlOp::Reload => Request::Reload(Empty {}),
-        CtlOp::Sample { samples } => {
-            Request::Sample(Sample { samples: args::json(samples).map_err(|e| format!("SAMPLES: {e}"))? })
-        }
+        CtlOp::Sample { samples } => Request::Sample(Sample { samples: json_argument("SAMPLES", samples)? }),
         CtlOp::Admit(admit) => Request::Admit(admit.clone()),
         CtlOp::Decisions(decisions) => Request::Decisions(decisions.clone()),
         CtlOp::Version => Request::Version(Empty {}),
-        CtlOp::Raw { json } => return args::json(json).map(Line::Raw).map_err(|e| format!("the request: {e}")),
+        CtlOp::Raw { json } => return json_argument("the request", json).map(Line::Raw),
     })))
 }
 
@@ -457,7 +470,7 @@ mod tests {
     /// The request `shedder ctl ARGS` sends.
     fn sent(args: &[&str]) -> Result<Value, String> {
         let ctl = Ctl::try_parse_from(std::iter::once("ctl").chain(args.iter().copied())).map_err(|e| e.to_string())?;
-        serde_json::to_value(request(&ctl.op)?).map_err(|e| e.to_string())
+        serde_json::to_value(request(&ctl.op).map_err(|e| e.to_string())?).map_err(|e| e.to_string())
     }
 
     /// One class with a deadline, so that its margin can be set.

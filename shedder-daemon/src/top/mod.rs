@@ -73,7 +73,7 @@ fn event_loop(terminal: &mut DefaultTerminal, args: &TopArgs) -> anyhow::Result<
                     Some(path)
                 }
                 Err(why) => {
-                    model.unreachable(why);
+                    model.unreachable(why.to_string());
                     None
                 }
             };
