@@ -19,7 +19,9 @@ use std::{
 
 use anyhow::{Context as _, bail, ensure};
 
-use crate::{netns::Netns, packets::TcpFrame};
+use shedder_testbed::netns::Netns;
+
+use crate::packets::TcpFrame;
 
 /// Frames per `sendmmsg` call: large enough to amortise the syscall, small
 /// enough that the stop flag and the pacing are checked often.

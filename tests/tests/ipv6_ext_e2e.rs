@@ -28,12 +28,11 @@ use shedder_daemon::{
     datapath::{Datapath, PassProgram},
     fastpath::AttachKind,
 };
+use shedder_testbed::{netns::Testbed, saved_syn::saved_syn};
 use shedder_tests::{
     counters::{Counters, counters, moved},
     flood::packet_socket,
-    netns::Testbed,
     packets::{Ipv6Ext, TcpFrame},
-    saved_syn::saved_syn,
 };
 
 /// Long enough that a refused or admitted connect never runs into it.

@@ -18,9 +18,9 @@ use std::{
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use shedder_daemon::api::ctl;
-use shedder_tests::{
+use shedder_testbed::{
     bpffs::PrivateBpffs,
-    daemon_process::{DaemonProcess, daemon_binary},
+    daemon::{DaemonProcess, daemon_binary},
     netns::Netns,
     scratch::ScratchDir,
 };
@@ -328,7 +328,7 @@ fn attaching_where_another_program_is_names_it() {
     drop(first);
 
     // TCX runs several programs on one hook; a second shedder must not join.
-    let first = bed.start("vb", &bed.socket("t1"), &["--no-pin", "--attach", "tc"]);
+    let mut first = bed.start("vb", &bed.socket("t1"), &["--no-pin", "--attach", "tc"]);
     if first.log().contains("tc ingress (tcx)") {
         let log = bed.refused(bed.second("vb", &bed.socket("t2"), &["--no-pin", "--attach", "tc"]));
         assert!(log.contains("another shedder program is attached to vb's TC ingress"), "{log}");

@@ -51,9 +51,9 @@ use shedder_daemon::{
     datapath::{Datapath, PassProgram},
     fastpath::{AttachKind, Fastpath},
 };
+use shedder_testbed::netns::Testbed;
 use shedder_tests::{
     flood::{FloodLimits, FloodReport, FloodTarget, SynFlood, link_mac},
-    netns::Testbed,
     packets::TcpFrame,
 };
 

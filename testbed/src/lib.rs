@@ -1,0 +1,21 @@
+//! Test beds for shedder's integration tests, the drill, the demo and the
+//! benchmarks: network namespaces joined by veth, a private BPF filesystem,
+//! child and daemon processes, backends and scratch directories, each undone
+//! when its guard drops (also on panic).
+//!
+//! Traffic only ever goes to addresses these guards assign inside namespaces
+//! they created, or to loopback.
+
+pub mod backend;
+pub mod bpffs;
+pub mod child;
+pub mod daemon;
+#[cfg(feature = "datapath")]
+pub mod fleet_bed;
+pub mod ip;
+pub mod netns;
+pub mod redis_server;
+pub mod saved_syn;
+pub mod scratch;
+pub mod tcp_proxy;
+pub mod tenant_client;
