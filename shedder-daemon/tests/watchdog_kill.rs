@@ -52,8 +52,7 @@ fn connect(bed: &Testbed) -> io::Result<TcpStream> {
 }
 
 fn xdp_attached(bed: &Testbed) -> bool {
-    let out = Command::new("ip").args(["-n", bed.server.name(), "link", "show", "dev", &bed.server_if]).output();
-    String::from_utf8_lossy(&out.expect("ip (iproute2) runs").stdout).contains("prog/xdp")
+    bed.server.xdp_program_id(&bed.server_if).unwrap().is_some()
 }
 
 /// A pass counter, summed over CPUs, read from the map the daemon pinned.

@@ -11,7 +11,7 @@ use std::{
 
 use anyhow::Context as _;
 use nix::sched::{CloneFlags, setns};
-#[cfg(feature = "datapath")]
+#[cfg(feature = "daemon")]
 use shedder_daemon::{
     config::Plan,
     datapath::{Datapath, PassProgram},
@@ -151,7 +151,7 @@ impl Testbed {
         Ok(())
     }
 
-    #[cfg(feature = "datapath")]
+    #[cfg(feature = "daemon")]
     /// Loads the fast path with `plan` and attaches it (`kind`) to the
     /// server's end, from inside the server namespace (aya resolves the
     /// interface and talks netlink in the calling thread's namespace).
@@ -165,7 +165,7 @@ impl Testbed {
         })?
     }
 
-    #[cfg(feature = "datapath")]
+    #[cfg(feature = "daemon")]
     /// Attaches a bare XDP_PASS program to the client's veth end, from inside
     /// the client namespace (where aya resolves the interface and makes its
     /// netlink calls). veth delivers XDP_TX'd frames (shedder's RSTs) only to

@@ -11,11 +11,11 @@ use std::{
 };
 
 use shedder_daemon::fleet::{FleetState, FleetView};
+use shedder_testbed::fleet_sim::{SimHost, settings};
 use shedder_testbed::{
     redis_server::RedisServer,
     tcp_proxy::{Link, TcpProxy},
 };
-use shedder_tests::fleet_sim::{SimHost, settings};
 use tokio::time::Instant;
 
 const TIMING: (u64, u64) = (100, 1000);

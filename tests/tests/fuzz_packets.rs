@@ -22,11 +22,11 @@ use shedder_daemon::{
     datapath::Datapath,
     fastpath::Fastpath,
 };
+use shedder_testbed::test_run::{Hook, describe_difference, hex, run};
 use shedder_tests::{
     counters::{Counters, add_moves, counted_moves, counted_tenant_moves, counters, moved},
     frame_fuzz::{Targets, any_frame},
     model::Model,
-    test_run::{Hook, describe_difference, hex, run},
 };
 
 /// Frames at scale 1, over all three tests.

@@ -116,11 +116,8 @@ impl Bed {
         log
     }
 
-    fn xdp_program(&self, iface: &str) -> Option<String> {
-        let out = Command::new("ip").args(["-n", self.ns.name(), "-d", "link", "show", "dev", iface]).output().unwrap();
-        let shown = String::from_utf8_lossy(&out.stdout).into_owned();
-        let id = shown.split("prog/xdp id ").nth(1)?;
-        id.split_whitespace().next().map(str::to_string)
+    fn xdp_program(&self, iface: &str) -> Option<u32> {
+        self.ns.xdp_program_id(iface).unwrap()
     }
 }
 
@@ -153,7 +150,7 @@ fn a_second_daemon_on_a_pinned_interface_is_refused_naming_the_first() {
 
     let log = bed.refused(bed.second("va", &bed.socket("second"), &[]));
     assert!(log.contains(&format!("in use by process {pid}")), "names the first daemon:\n{log}");
-    assert_eq!(bed.xdp_program("va"), Some(program.clone()), "the first daemon's program stays");
+    assert_eq!(bed.xdp_program("va"), Some(program), "the first daemon's program stays");
 
     // Nor may `shedder detach` pull the program from under it.
     let detach = Command::new(daemon_binary())

@@ -38,17 +38,19 @@ use shedder_daemon::{
     datapath::Datapath,
     fastpath::Fastpath,
 };
+use shedder_testbed::{
+    packets::{
+        ACK, CLIENT_MAC, CLIENT_V4, Ip, RST, SERVER_V4, SERVER_V6, SYN, TCP_LEN, TcpFrame, arp_request, padded,
+        truncated,
+    },
+    test_run::{HOOKS, Hook, describe_difference, run},
+};
 use shedder_tests::{
     counters::{
         Counters, add_moves, class_moves, counted_moves, counted_tenant_moves, counters, moved, pass_moves,
         tenant_moves,
     },
     model::Model,
-    packets::{
-        ACK, CLIENT_MAC, CLIENT_V4, Ip, RST, SERVER_V4, SERVER_V6, SYN, TCP_LEN, TcpFrame, arp_request, padded,
-        truncated,
-    },
-    test_run::{HOOKS, Hook, describe_difference, run},
 };
 
 // --- rows ------------------------------------------------------------------

@@ -44,12 +44,12 @@ use std::{
 
 use nix::sys::signal::Signal;
 use shedder_daemon::api::ctl::{self, CtlOp};
+use shedder_testbed::flood::{FloodLimits, FloodReport, FloodTarget, SynFlood, link_mac};
 use shedder_testbed::{
     backend::{Answer, Backend},
     daemon::{Daemon, DaemonOptions},
     netns::Testbed,
 };
-use shedder_tests::flood::{FloodLimits, FloodReport, FloodTarget, SynFlood, link_mac};
 
 const API_PORT: u16 = 8000;
 const FLOOD_PORT: u16 = 9001;
