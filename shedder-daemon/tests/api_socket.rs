@@ -114,9 +114,9 @@ fn every_op_with_good_and_bad_input_on_one_connection() {
     assert!(v["config_version"].as_u64().unwrap() > 2);
     let config = c.ok(json!({"op": "get_config"}));
     assert_eq!(config["config"]["rule"][0]["dst_port"], json!(8001));
-    std::fs::write(bed.dir.join("shedder.toml"), "default_class = \"zz\"\nclass = []\n").unwrap();
+    std::fs::write(bed.daemon.config_file(), "default_class = \"zz\"\nclass = []\n").unwrap();
     c.err(json!({"op": "reload"}), "invalid_config");
-    std::fs::write(bed.dir.join("shedder.toml"), CONFIG).unwrap();
+    std::fs::write(bed.daemon.config_file(), CONFIG).unwrap();
     c.err(json!({"op": "reload", "path": "/etc/passwd"}), "bad_request");
 
     // sample.
@@ -286,7 +286,7 @@ fn an_invalid_change_leaves_the_maps_and_the_version_as_they_were() {
     };
     // (The daemon answers once it has loaded and attached the program.)
     let before = snapshot(&mut c);
-    let pid = bed.child.id();
+    let pid = bed.pid();
     let maps_before = kernel_maps(pid);
     assert!(before.0["classes"].as_array().unwrap().len() == 3, "{:?}", before.0);
     // Each is wrong in a way only the whole-config validation sees; several
@@ -316,8 +316,6 @@ fn an_invalid_change_leaves_the_maps_and_the_version_as_they_were() {
 
     // The socket goes away with the daemon.
     let mut bed = bed;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(bed.child.id() as i32), nix::sys::signal::Signal::SIGTERM)
-        .unwrap();
-    assert!(bed.child.wait().unwrap().success());
+    assert!(bed.stop_daemon().is_some_and(|status| status.success()), "{}", bed.daemon.process.log());
     assert!(!bed.socket().exists(), "socket file left behind");
 }

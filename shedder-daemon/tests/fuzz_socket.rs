@@ -311,7 +311,7 @@ fn random_and_mutated_lines_get_answers_and_change_nothing_unless_valid() {
         "{lines} lines: {answered_ok} ok ({changes} configuration changes), refused by code {codes:?}; slowest answer {slowest:?}"
     );
     let mut bed = bed;
-    assert!(bed.child.try_wait().unwrap().is_none(), "the daemon is still running");
+    assert!(bed.daemon.process.is_running(), "the daemon is still running");
     bed.connect().ok(json!({"op": "status"}));
     // Every kind of line was tried: accepted changes, and each way of being wrong.
     assert!(changes > 0, "some valid configuration changes went through");

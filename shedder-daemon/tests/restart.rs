@@ -9,14 +9,23 @@
 //! way out releases whatever a failed test left pinned.
 
 use aya::programs::{SchedClassifier, TcAttachType};
+use nix::sys::signal::Signal;
 use serde_json::Value;
 use shedder_daemon::datapath::PassProgram;
+use shedder_testbed::{
+    backend::{Answer, Backend},
+    bpffs::PrivateBpffs,
+    daemon::{Daemon, DaemonOptions},
+    netns::Testbed,
+    scratch::ScratchDir,
+};
 use std::{
+    collections::BTreeMap,
     io::{BufRead, BufReader, ErrorKind, Write},
-    net::{Ipv4Addr, SocketAddr, TcpListener, TcpStream},
+    net::{SocketAddr, TcpStream},
     os::unix::net::UnixStream,
     path::PathBuf,
-    process::{Child, Command},
+    process::Command,
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -25,10 +34,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-const SERVER: Ipv4Addr = Ipv4Addr::new(10, 215, 0, 1);
-const CLIENT: Ipv4Addr = Ipv4Addr::new(10, 215, 0, 2);
-/// The server's veth end, where the daemon attaches.
-const IFACE: &str = "rs";
 const STEADY_PORT: u16 = 8080;
 const DRAINED_PORT: u16 = 8081;
 /// Where a second config moves the drained class's rule.
@@ -60,169 +65,117 @@ class = "drained"
 dst_port = 8081
 "#;
 
-fn ip(args: &[&str]) -> String {
-    let out = Command::new("ip").args(args).output().expect("ip (iproute2) runs");
-    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// Runs `f` on a thread inside network namespace `ns`.
-fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> JoinHandle<T> {
-    let file = std::fs::File::open(format!("/var/run/netns/{ns}")).unwrap();
-    std::thread::spawn(move || {
-        nix::sched::setns(file, nix::sched::CloneFlags::CLONE_NEWNET).unwrap();
-        f()
-    })
-}
-
-/// Two namespaces joined by a veth pair, a listener on each port that
-/// accepts and closes, and a private BPF filesystem for the pins.
+/// Two namespaces joined by a veth pair, a backend on each port that
+/// accepts and closes, a private BPF filesystem for the pins, and the
+/// daemons started on it, by name.
 struct Bed {
-    client: String,
-    server: String,
-    dir: PathBuf,
-    daemons: Vec<Child>,
-    stop: Arc<AtomicBool>,
-    acceptor: Option<JoinHandle<()>>,
+    /// Dropped first: the daemons are killed before what they run on goes.
+    daemons: BTreeMap<&'static str, Daemon>,
     /// veth delivers XDP_TX'd frames (the RSTs of reject) only to a peer
     /// that runs XDP itself.
     client_pass: Option<PassProgram>,
+    _backend: Backend,
+    /// Unmounting it releases every pin left, and with them the program.
+    bpffs: PrivateBpffs,
+    /// Where a run a test expects to be refused keeps its config and socket.
+    scratch: ScratchDir,
+    tb: Testbed,
+    /// The config the next daemon starts with.
+    config: String,
 }
 
 impl Bed {
     fn new(tag: &str) -> Self {
-        let pid = std::process::id();
-        let dir = std::env::temp_dir().join(format!("shedder-restart-{tag}-{pid}"));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(dir.join("bpf")).unwrap();
+        let tb = Testbed::new().unwrap();
+        let listeners = [STEADY_PORT, DRAINED_PORT, MOVED_PORT]
+            .map(|port| tb.listen(SocketAddr::new(Testbed::SERVER_V4.into(), port), false).unwrap())
+            .into();
         let mut bed = Bed {
-            client: format!("shrc{tag}{pid}"),
-            server: format!("shrs{tag}{pid}"),
-            dir,
-            daemons: Vec::new(),
-            stop: Arc::new(AtomicBool::new(false)),
-            acceptor: None,
+            daemons: BTreeMap::new(),
             client_pass: None,
+            _backend: Backend::serve(listeners, Answer::Close),
+            bpffs: PrivateBpffs::mount(&format!("shedder-restart-{tag}-")).unwrap(),
+            scratch: ScratchDir::new(&format!("shedder-restart-{tag}-")).unwrap(),
+            tb,
+            config: CONFIG.to_string(),
         };
-        let bpf = bed.dir.join("bpf");
-        let mounted = Command::new("mount").args(["-t", "bpf", "bpf"]).arg(&bpf).status().unwrap();
-        assert!(mounted.success(), "mounting a BPF filesystem at {}", bpf.display());
-        std::fs::write(bed.dir.join("shedder.toml"), CONFIG).unwrap();
-        ip(&["netns", "add", &bed.client]);
-        ip(&["netns", "add", &bed.server]);
-        for ns in [&bed.client, &bed.server] {
-            ip(&["-n", ns, "link", "set", "lo", "up"]);
-        }
-        bed.wire();
-        let stop = bed.stop.clone();
-        bed.acceptor = Some(in_netns(&bed.server, move || {
-            let listeners: Vec<TcpListener> = [STEADY_PORT, DRAINED_PORT, MOVED_PORT]
-                .map(|port| {
-                    let listener = TcpListener::bind(SocketAddr::from((SERVER, port))).unwrap();
-                    listener.set_nonblocking(true).unwrap();
-                    listener
-                })
-                .into();
-            while !stop.load(Ordering::Relaxed) {
-                let mut idle = true;
-                for listener in &listeners {
-                    while listener.accept().is_ok() {
-                        idle = false;
-                    }
-                }
-                if idle {
-                    std::thread::sleep(Duration::from_millis(2));
-                }
-            }
-        }));
+        bed.pass_on_client();
         bed
     }
 
-    /// (Re)makes the veth pair, with addresses, and XDP_PASS on the client's end.
-    fn wire(&mut self) {
-        ip(&["link", "add", "rc", "netns", &self.client, "type", "veth", "peer", "name", IFACE, "netns", &self.server]);
-        for (ns, iface, addr) in [(&self.client, "rc", CLIENT), (&self.server, IFACE, SERVER)] {
-            ip(&["-n", ns, "addr", "add", &format!("{addr}/24"), "dev", iface]);
-            ip(&["-n", ns, "link", "set", iface, "up"]);
-        }
-        self.client_pass = Some(
-            in_netns(&self.client, || {
-                let mut pass = PassProgram::load().unwrap();
-                pass.attach("rc").unwrap();
-                pass
-            })
-            .join()
-            .unwrap(),
-        );
+    /// XDP_PASS on the client's end.
+    fn pass_on_client(&mut self) {
+        self.client_pass = Some(self.tb.attach_client_pass().unwrap());
+    }
+
+    /// Deletes the veth pair and makes it anew, with XDP_PASS on the client's end.
+    fn rewire(&mut self) {
+        self.client_pass = None;
+        self.tb.server.ip(&["link", "del", &self.tb.server_if]).unwrap();
+        self.tb.wire().unwrap();
+        self.pass_on_client();
+    }
+
+    fn iface(&self) -> &str {
+        &self.tb.server_if
     }
 
     fn pin_root(&self) -> PathBuf {
-        self.dir.join("bpf").join("shedder")
+        self.bpffs.path().join("shedder")
     }
 
     fn pin_dir(&self) -> PathBuf {
-        self.pin_root().join(IFACE)
+        self.pin_root().join(self.iface())
     }
 
-    fn socket(&self, name: &str) -> PathBuf {
-        self.dir.join(format!("{name}.sock"))
-    }
-
-    /// `shedder run` in the server namespace, pinned under the bed's root
-    /// unless `extra` says otherwise.
-    fn run_command(&self, name: &str, extra: &[&str]) -> Command {
-        let mut cmd = Command::new("ip");
-        cmd.args(["netns", "exec", &self.server, env!("CARGO_BIN_EXE_shedder"), "run", "--iface", IFACE])
-            .args(["--report-every", "60", "--metrics-addr", "127.0.0.1:0", "--config"])
-            .arg(self.dir.join("shedder.toml"))
-            .arg("--socket")
-            .arg(self.socket(name));
-        if !extra.contains(&"--no-pin") {
-            cmd.arg("--pin-root").arg(self.pin_root());
+    /// `shedder run` on the server's end, pinned under the bed's root
+    /// unless `extra` says `--no-pin`.
+    fn options(&self, extra: &[&str]) -> DaemonOptions {
+        let no_pin = extra.contains(&"--no-pin");
+        DaemonOptions {
+            pin_root: (!no_pin).then(|| self.pin_root()),
+            extra: ["--metrics-addr", "127.0.0.1:0"]
+                .iter()
+                .chain(extra.iter().filter(|a| **a != "--no-pin"))
+                .map(|a| a.to_string())
+                .collect(),
+            ready: "attachment=",
+            ..DaemonOptions::new(env!("CARGO_BIN_EXE_shedder"), &self.tb.server, self.iface())
         }
-        cmd.args(extra);
-        cmd
     }
 
-    /// Starts `shedder run` and waits for it to report attaching. Its log goes
-    /// to `<name>.log`. (The control socket is bound before the program loads.)
-    fn start(&mut self, name: &str, extra: &[&str]) -> usize {
-        let log = std::fs::File::create(self.dir.join(format!("{name}.log"))).unwrap();
-        let child = self.run_command(name, extra).stdout(log.try_clone().unwrap()).stderr(log).spawn().unwrap();
-        self.daemons.push(child);
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !self.log(name).contains("attachment=") {
-            let exited = self.daemons.last_mut().unwrap().try_wait().unwrap();
-            assert!(exited.is_none(), "daemon {name} exited ({exited:?}): {}", self.log(name));
-            assert!(Instant::now() < deadline, "daemon {name} never attached: {}", self.log(name));
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        self.daemons.len() - 1
+    /// Starts `shedder run` as `name` and waits for it to report attaching.
+    /// (The control socket is bound before the program loads.)
+    fn start(&mut self, name: &'static str, extra: &[&str]) {
+        let daemon =
+            Daemon::start(self.options(extra), &self.config).unwrap_or_else(|e| panic!("daemon {name}: {e:#}"));
+        self.daemons.insert(name, daemon);
     }
 
-    fn log(&self, name: &str) -> String {
-        std::fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default()
+    /// A run that is expected to be refused: its output.
+    fn refused_run(&self, extra: &[&str]) -> std::process::Output {
+        self.scratch.write("shedder.toml", &self.config).unwrap();
+        self.options(extra).command(self.scratch.path()).output().unwrap()
+    }
+
+    fn pid(&self, name: &str) -> u32 {
+        self.daemons[name].process.pid().as_raw() as u32
+    }
+
+    fn log(&mut self, name: &str) -> String {
+        self.daemons.get_mut(name).unwrap().process.log()
     }
 
     /// SIGTERM, then the exit status, which must be a success.
-    fn stop(&mut self, daemon: usize) {
-        let child = &mut self.daemons[daemon];
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM)
-            .unwrap();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = child.try_wait().unwrap() {
-                assert!(status.success(), "daemon exit status {status}");
-                return;
-            }
-            assert!(Instant::now() < deadline, "daemon ignored SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    fn stop(&mut self, name: &str) {
+        let process = &mut self.daemons.get_mut(name).unwrap().process;
+        let status = process.stop(Signal::SIGTERM, Duration::from_secs(30)).expect("the daemon exits on SIGTERM");
+        assert!(status.success(), "daemon exit status {status}:\n{}", process.log());
     }
 
     /// The `status` op's counters of class `class`.
     fn counters(&self, daemon: &str, class: &str) -> Value {
-        let mut stream = UnixStream::connect(self.socket(daemon)).unwrap();
+        let mut stream = UnixStream::connect(self.daemons[daemon].socket()).unwrap();
         stream.write_all(b"{\"op\":\"status\"}\n").unwrap();
         let mut line = String::new();
         BufReader::new(stream).read_line(&mut line).unwrap();
@@ -234,24 +187,24 @@ impl Bed {
 
     /// The id of the XDP program on the server's interface, if any.
     fn xdp_program_id(&self) -> Option<u32> {
-        let shown = ip(&["-n", &self.server, "-d", "link", "show", "dev", IFACE]);
-        let after = shown.split("prog/xdp id ").nth(1)?;
-        after.split_whitespace().next()?.parse().ok()
+        self.tb.server.xdp_program_id(self.iface()).unwrap()
     }
 
     fn tc_programs(&self) -> Vec<String> {
-        in_netns(&self.server, || {
-            let (_, programs) = SchedClassifier::query_tcx(IFACE, TcAttachType::Ingress).unwrap();
-            programs.iter().map(|p| p.name_as_str().unwrap_or("?").to_string()).collect()
-        })
-        .join()
-        .unwrap()
+        let iface = self.iface().to_string();
+        self.tb
+            .server
+            .run(move || {
+                let (_, programs) = SchedClassifier::query_tcx(&iface, TcAttachType::Ingress).unwrap();
+                programs.iter().map(|p| p.name_as_str().unwrap_or("?").to_string()).collect()
+            })
+            .unwrap()
     }
 
     /// Connects to `port` from the client, over and over, every `pause`,
     /// until `stop` is set (or 60 s pass), counting the outcomes.
     fn connect_loop(&self, port: u16, pause: Duration, stop: Arc<AtomicBool>) -> JoinHandle<Outcomes> {
-        in_netns(&self.client, move || {
+        let handle = self.tb.client.spawn(move || {
             let mut outcomes = Outcomes::default();
             let deadline = Instant::now() + Duration::from_secs(60);
             while !stop.load(Ordering::Relaxed) && Instant::now() < deadline {
@@ -259,35 +212,12 @@ impl Bed {
                 std::thread::sleep(pause);
             }
             outcomes
-        })
+        });
+        std::thread::spawn(move || handle.join().unwrap().unwrap())
     }
 
     fn connect_once(&self, port: u16) -> Outcome {
-        in_netns(&self.client, move || connect(port)).join().unwrap()
-    }
-}
-
-impl Drop for Bed {
-    fn drop(&mut self) {
-        for child in &mut self.daemons {
-            if let Ok(None) = child.try_wait() {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(child.id() as i32),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-                let _ = child.wait();
-            }
-        }
-        self.stop.store(true, Ordering::Relaxed);
-        if let Some(acceptor) = self.acceptor.take() {
-            let _ = acceptor.join();
-        }
-        drop(self.client_pass.take());
-        // Unmounting releases every pin left, and with them the program.
-        let _ = Command::new("umount").arg(self.dir.join("bpf")).status();
-        let _ = Command::new("ip").args(["netns", "del", &self.client]).status();
-        let _ = Command::new("ip").args(["netns", "del", &self.server]).status();
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.tb.client.run(move || connect(port)).unwrap()
     }
 }
 
@@ -300,7 +230,7 @@ enum Outcome {
 }
 
 fn connect(port: u16) -> Outcome {
-    match TcpStream::connect_timeout(&SocketAddr::from((SERVER, port)), Duration::from_secs(2)) {
+    match TcpStream::connect_timeout(&SocketAddr::new(Testbed::SERVER_V4.into(), port), Duration::from_secs(2)) {
         Ok(_) => Outcome::Admitted,
         Err(e) if e.kind() == ErrorKind::ConnectionRefused => Outcome::Refused,
         Err(_) => Outcome::Other,
@@ -335,9 +265,9 @@ fn drain(bed: &Bed) {
 /// A bed whose first, pinned daemon has drained the drained class and stopped.
 fn drained_then_stopped(tag: &str) -> Bed {
     let mut bed = Bed::new(tag);
-    let first = bed.start("first", &[]);
+    bed.start("first", &[]);
     drain(&bed);
-    bed.stop(first);
+    bed.stop("first");
     bed
 }
 
@@ -348,7 +278,7 @@ fn counter(counters: &Value, name: &str) -> u64 {
 #[test]
 fn a_restart_under_steady_load_refuses_nothing_and_keeps_counters_and_buckets() {
     let mut bed = Bed::new("keep");
-    let first = bed.start("first", &[]);
+    bed.start("first", &[]);
     drain(&bed);
     let stop = Arc::new(AtomicBool::new(false));
     let steady = bed.connect_loop(STEADY_PORT, Duration::from_millis(20), stop.clone());
@@ -356,7 +286,7 @@ fn a_restart_under_steady_load_refuses_nothing_and_keeps_counters_and_buckets() 
     let steady_before = bed.counters("first", "steady");
     let drained_before = bed.counters("first", "drained");
 
-    bed.stop(first);
+    bed.stop("first");
     assert!(bed.log("first").contains("stays attached"), "{}", bed.log("first"));
     assert!(bed.xdp_program_id().is_some(), "the program must stay attached between the two daemons");
     bed.start("second", &[]);
@@ -386,7 +316,7 @@ fn a_restart_under_steady_load_refuses_nothing_and_keeps_counters_and_buckets() 
 fn a_restart_with_another_config_keeps_unchanged_classes_and_forgets_removed_rules() {
     let mut bed = drained_then_stopped("reconf");
     let moved = CONFIG.replace(&format!("dst_port = {DRAINED_PORT}"), &format!("dst_port = {MOVED_PORT}"));
-    std::fs::write(bed.dir.join("shedder.toml"), moved).unwrap();
+    bed.config = moved;
     bed.start("second", &[]);
     // The new daemon never saw the old config: it reads the rule back from
     // the pinned maps to know it must go.
@@ -398,8 +328,7 @@ fn a_restart_with_another_config_keeps_unchanged_classes_and_forgets_removed_rul
 fn a_pinned_link_whose_interface_was_made_anew_is_replaced() {
     let mut bed = drained_then_stopped("anew");
     // The pinned link now points at an interface that no longer exists.
-    ip(&["-n", &bed.server, "link", "del", IFACE]);
-    bed.wire();
+    bed.rewire();
     assert_eq!(bed.xdp_program_id(), None);
     bed.start("second", &[]);
     assert!(bed.log("second").contains("interface is gone; attaching anew"), "{}", bed.log("second"));
@@ -412,9 +341,8 @@ fn a_second_daemon_is_refused_while_the_first_runs_then_swaps_its_program_in_wit
     let mut bed = Bed::new("swap");
     // Between the two daemons the program enforces on its own: no fail-open
     // while the second one loads, however slow this machine is.
-    std::fs::write(bed.dir.join("shedder.toml"), format!("{CONFIG}\n[watchdog]\nfail_open_after_ms = 600000\n"))
-        .unwrap();
-    let first = bed.start("first", &[]);
+    bed.config = format!("{CONFIG}\n[watchdog]\nfail_open_after_ms = 600000\n");
+    bed.start("first", &[]);
     drain(&bed);
     let old_program = bed.xdp_program_id().expect("XDP attached");
     // Every connection to the drained class is refused while a shedder
@@ -423,13 +351,13 @@ fn a_second_daemon_is_refused_while_the_first_runs_then_swaps_its_program_in_wit
     let probes = bed.connect_loop(DRAINED_PORT, Duration::from_millis(1), stop.clone());
     std::thread::sleep(Duration::from_millis(300));
     // Two daemons on one pinned interface would undo each other's changes.
-    let early = bed.run_command("early", &[]).output().unwrap();
+    let early = bed.refused_run(&[]);
     let stderr = String::from_utf8_lossy(&early.stderr);
-    let holder = format!("in use by process {}", bed.daemons[first].id());
+    let holder = format!("in use by process {}", bed.pid("first"));
     assert!(!early.status.success() && stderr.contains(&holder), "the second daemon must be refused: {stderr}");
     assert_eq!(bed.xdp_program_id(), Some(old_program), "the refused daemon changed nothing");
-    bed.stop(first);
-    let second = bed.start("second", &[]);
+    bed.stop("first");
+    bed.start("second", &[]);
     let new_program = bed.xdp_program_id().expect("XDP attached");
     std::thread::sleep(Duration::from_millis(300));
     stop.store(true, Ordering::Relaxed);
@@ -439,7 +367,7 @@ fn a_second_daemon_is_refused_while_the_first_runs_then_swaps_its_program_in_wit
     assert!(bed.log("second").contains("swapped this program into the pinned link"), "{}", bed.log("second"));
     assert!(outcomes.refused > 20, "the probe loop ran: {outcomes:?}");
     assert_eq!((outcomes.admitted, outcomes.other), (0, 0), "a probe got past shedder: {outcomes:?}");
-    bed.stop(second);
+    bed.stop("second");
 }
 
 /// Runs a pinned daemon with `--attach hook` twice (the second takes the
@@ -449,8 +377,8 @@ fn a_second_daemon_is_refused_while_the_first_runs_then_swaps_its_program_in_wit
 fn detach_removes_everything(hook: &str, attached: impl Fn(&Bed) -> bool) {
     let mut bed = Bed::new(hook);
     for run in ["first", "second"] {
-        let daemon = bed.start(run, &["--attach", hook]);
-        bed.stop(daemon);
+        bed.start(run, &["--attach", hook]);
+        bed.stop(run);
         assert!(attached(&bed), "a pinned {hook} program stays attached after the {run} daemon exits");
     }
     assert!(bed.log("second").contains("swapped this program into the pinned link"), "{}", bed.log("second"));
@@ -458,7 +386,7 @@ fn detach_removes_everything(hook: &str, attached: impl Fn(&Bed) -> bool) {
 
     let detach = |bed: &Bed| {
         Command::new(env!("CARGO_BIN_EXE_shedder"))
-            .args(["detach", "--iface", IFACE, "--pin-root"])
+            .args(["detach", "--iface", bed.iface(), "--pin-root"])
             .arg(bed.pin_root())
             .output()
             .unwrap()
@@ -469,7 +397,8 @@ fn detach_removes_everything(hook: &str, attached: impl Fn(&Bed) -> bool) {
     assert!(!attached(&bed), "{hook} left attached after shedder detach");
     let again = detach(&bed);
     assert_eq!(again.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&again.stderr).contains("nothing is pinned for rs"));
+    let nothing = format!("nothing is pinned for {}", bed.iface());
+    assert!(String::from_utf8_lossy(&again.stderr).contains(&nothing));
 }
 
 #[test]
@@ -485,9 +414,9 @@ fn detach_removes_a_pinned_tcx_program_and_its_maps() {
 #[test]
 fn an_unpinned_run_leaves_nothing_behind() {
     let mut bed = Bed::new("nopin");
-    let daemon = bed.start("daemon", &["--no-pin"]);
+    bed.start("daemon", &["--no-pin"]);
     assert!(bed.xdp_program_id().is_some());
-    bed.stop(daemon);
+    bed.stop("daemon");
     assert!(bed.log("daemon").contains("detached; exiting"), "{}", bed.log("daemon"));
     assert_eq!(bed.xdp_program_id(), None, "--no-pin detaches on exit");
     assert!(!bed.pin_root().exists(), "--no-pin pins nothing");
@@ -498,18 +427,19 @@ fn an_unpinned_run_leaves_nothing_behind() {
 /// and how to get out, and change nothing.
 fn refused_without_a_change(tag: &str, spoil: impl FnOnce(&Bed), extra: &[&str], reasons: &[&str]) {
     let mut bed = Bed::new(tag);
-    let daemon = bed.start("daemon", &[]);
-    bed.stop(daemon);
+    bed.start("daemon", &[]);
+    bed.stop("daemon");
     let program = bed.xdp_program_id();
     spoil(&bed);
 
-    let out = bed.run_command("refused", extra).output().unwrap();
+    let out = bed.refused_run(extra);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     for reason in reasons {
         assert!(stderr.contains(reason), "should say {reason:?}: {stderr}");
     }
-    assert!(stderr.contains("shedder detach --iface rs"), "tells the way out: {stderr}");
+    let way_out = format!("shedder detach --iface {}", bed.iface());
+    assert!(stderr.contains(&way_out), "tells the way out: {stderr}");
     assert_eq!(bed.xdp_program_id(), program, "the attached program is left as it was");
     assert!(bed.tc_programs().is_empty(), "nothing else is attached");
     assert!(bed.pin_dir().join("CLASS_COUNTERS").exists(), "the maps stay pinned");

@@ -20,7 +20,7 @@ use std::{
 use aya::maps::{Map, MapData, PerCpuArray};
 use nix::sys::signal::Signal;
 use shedder_common::maps::{PassReason, names};
-use shedder_tests::{bpffs::PrivateBpffs, daemon_process::DaemonProcess, netns::Testbed, scratch::ScratchDir};
+use shedder_testbed::{bpffs::PrivateBpffs, daemon::DaemonProcess, netns::Testbed, scratch::ScratchDir};
 
 /// Short, so the test is quick; still well above five 100 ms control ticks.
 const TIMEOUT: Duration = Duration::from_millis(1000);
@@ -52,8 +52,7 @@ fn connect(bed: &Testbed) -> io::Result<TcpStream> {
 }
 
 fn xdp_attached(bed: &Testbed) -> bool {
-    let out = Command::new("ip").args(["-n", bed.server.name(), "link", "show", "dev", &bed.server_if]).output();
-    String::from_utf8_lossy(&out.expect("ip (iproute2) runs").stdout).contains("prog/xdp")
+    bed.server.xdp_program_id(&bed.server_if).unwrap().is_some()
 }
 
 /// A pass counter, summed over CPUs, read from the map the daemon pinned.
@@ -83,7 +82,7 @@ fn after_kill_9_connections_succeed_again_within_the_timeout_plus_a_second() {
     assert_eq!(refused.kind(), io::ErrorKind::ConnectionRefused, "{refused}");
 
     let killed_at = Instant::now();
-    assert!(daemon.stop(Signal::SIGKILL, Duration::from_secs(10)), "SIGKILL ends the daemon");
+    assert!(daemon.stop(Signal::SIGKILL, Duration::from_secs(10)).is_some(), "SIGKILL ends the daemon");
     let outlived = xdp_attached(&bed);
     // Polled well past the bound, so a failure says by how much it missed.
     let give_up = killed_at + 3 * (TIMEOUT + GRACE);

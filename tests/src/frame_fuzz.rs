@@ -10,7 +10,7 @@
 use rand::{Rng, RngExt};
 use shedder_common::ipv6_ext::{self, HEAD_LEN, MAX_CHAIN, Next};
 
-use crate::packets::{
+use shedder_testbed::packets::{
     ACK, CLIENT_V4, CLIENT_V6, ETH_LEN, FIN, IPV6_LEN, Ipv6Ext, PSH, RST, SERVER_V4, SERVER_V6, SYN, TcpFrame, VLAN_LEN,
 };
 

@@ -4,13 +4,13 @@
 //! together admit more than a bucket holds, a class's or a tenant's, and a
 //! tenant's refunds must give back exactly what the class refused.
 
-use shedder_tests::test_run::XDP_DROP;
+use shedder_testbed::test_run::XDP_DROP;
 use std::sync::{Arc, Barrier};
 
 use aya::programs::{TestRun, TestRunOptions};
 use nix::{sched::CpuSet, unistd::Pid};
 use shedder_daemon::{config::Config, datapath::Datapath, fastpath::Fastpath};
-use shedder_tests::packets::TcpFrame;
+use shedder_testbed::packets::TcpFrame;
 
 /// Buckets that refill too slowly to matter (one token per 1000 s): exactly
 /// their burst may ever get in.

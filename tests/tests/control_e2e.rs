@@ -15,7 +15,7 @@ use shedder_daemon::{
     fastpath::AttachKind,
     telemetry::{gpu::NoGpu, samples::JobSample},
 };
-use shedder_tests::netns::Testbed;
+use shedder_testbed::netns::Testbed;
 
 const CONFIG: &str = r#"
 mode = "enforce"

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use shedder_tests::{
-    daemon_process::{DaemonProcess, daemon_binary},
+use shedder_testbed::{
+    daemon::{DaemonProcess, daemon_binary},
     fleet_bed::scrape_metrics,
     netns::Netns,
     redis_server::RedisServer,

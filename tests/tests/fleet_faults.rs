@@ -11,8 +11,8 @@ use std::{
 };
 
 use shedder_daemon::fleet::{FleetState, FleetView};
-use shedder_tests::{
-    fleet_sim::{SimHost, settings},
+use shedder_testbed::fleet_sim::{SimHost, settings};
+use shedder_testbed::{
     redis_server::RedisServer,
     tcp_proxy::{Link, TcpProxy},
 };

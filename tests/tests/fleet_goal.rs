@@ -12,10 +12,8 @@
 
 use std::time::Duration;
 
-use shedder_tests::{
-    fleet_sim::{SimHost, settings},
-    redis_server::RedisServer,
-};
+use shedder_testbed::fleet_sim::{SimHost, settings};
+use shedder_testbed::redis_server::RedisServer;
 use tokio::time::{Instant, sleep_until};
 
 const HOSTS: usize = 4;

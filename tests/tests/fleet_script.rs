@@ -9,7 +9,8 @@ use shedder_daemon::fleet::{
     FleetSettings, TenantUsage,
     exchange::{Exchange, Grants, Held},
 };
-use shedder_tests::{fleet_sim::settings, redis_server::RedisServer};
+use shedder_testbed::fleet_sim::settings;
+use shedder_testbed::redis_server::RedisServer;
 
 const TIMING: (u64, u64) = (100, 60_000);
 

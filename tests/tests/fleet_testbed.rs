@@ -14,12 +14,12 @@
 //!   nothing lost, nothing counted twice.
 //!
 //! Every load loop is bounded by a schedule of a fixed count and a deadline.
-//! The test needs the `shedder` binary (see `daemon_process::daemon_binary`)
+//! The test needs the `shedder` binary (see `shedder_testbed::daemon::daemon_binary`)
 //! and `redis-server`.
 
 use std::time::Duration;
 
-use shedder_tests::fleet_bed::{FleetBed, FleetTenant, Sample};
+use shedder_testbed::fleet_bed::{FleetBed, FleetTenant, Sample};
 
 const HOSTS: usize = 4;
 const A: FleetTenant = FleetTenant { name: "a", quota: 200.0, burst: 10.0 };

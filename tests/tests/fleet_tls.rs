@@ -2,7 +2,8 @@
 //! certificate from a CA the host trusts through `fleet.tls.ca_file`.
 
 use shedder_daemon::fleet::{FleetSpec, FleetState};
-use shedder_tests::{fleet_sim::SimHost, redis_server::RedisServer};
+use shedder_testbed::fleet_sim::SimHost;
+use shedder_testbed::redis_server::RedisServer;
 use tokio::time::Instant;
 
 #[tokio::test]

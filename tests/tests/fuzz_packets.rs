@@ -8,10 +8,14 @@
 //! and no frame that an independent parser (etherparse) does not read as a
 //! bare TCP SYN may ever be dropped or answered.
 //!
-//! `SHEDDER_FUZZ_SCALE` (default 1: 100,000 frames over the three tests)
-//! and `SHEDDER_FUZZ_SEED` (printed by each test) reproduce a run.
+//! Besides its own configs it runs over every packet table's config
+//! (`tests/fixtures/packet_table/`), with the values their rules match.
+//!
+//! `SHEDDER_FUZZ_SCALE` (default 1: 100,000 frames over the three mixed,
+//! observe and off tests, and 1,000 per table config) and `SHEDDER_FUZZ_SEED`
+//! (printed by each test) reproduce a run.
 
-use std::time::Instant;
+use std::{path::Path, time::Instant};
 
 use etherparse::{IpNumber, Ipv6ExtensionSlice, LaxIpv6Slice, LaxNetSlice, LaxSlicedPacket, TcpSlice};
 use rand::{RngExt, SeedableRng, rngs::SmallRng};
@@ -22,11 +26,11 @@ use shedder_daemon::{
     datapath::Datapath,
     fastpath::Fastpath,
 };
+use shedder_testbed::test_run::{Hook, describe_difference, hex, run};
 use shedder_tests::{
     counters::{Counters, add_moves, counted_moves, counted_tenant_moves, counters, moved},
     frame_fuzz::{Targets, any_frame},
     model::Model,
-    test_run::{Hook, describe_difference, hex, run},
 };
 
 /// Frames at scale 1, over all three tests.
@@ -282,6 +286,30 @@ fn targets() -> Targets {
     }
 }
 
+/// [`targets`], and the ports, DSCPs and networks `plan`'s rules and tenants
+/// match, so that frames reach every rule of a config written for a table.
+fn targets_of(plan: &Plan) -> Targets {
+    fn add<T: PartialEq + Copy>(to: &mut Vec<T>, values: impl IntoIterator<Item = T>) {
+        for value in values {
+            if !to.contains(&value) {
+                to.push(value);
+            }
+        }
+    }
+    // A network's own address, and a host inside it.
+    fn inside<const N: usize>(net: [u8; N]) -> [[u8; N]; 2] {
+        let mut host = net;
+        host[N - 1] |= 2;
+        [net, host]
+    }
+    let mut targets = targets();
+    add(&mut targets.dst_ports, plan.dst_ports.keys().copied());
+    add(&mut targets.dscps, plan.dscp.keys().copied());
+    add(&mut targets.v4_sources, plan.src_v4.keys().chain(plan.tenant_v4.keys()).flat_map(|(_, net)| inside(*net)));
+    add(&mut targets.v6_sources, plan.src_v6.keys().chain(plan.tenant_v6.keys()).flat_map(|(_, net)| inside(*net)));
+    targets
+}
+
 /// `SHEDDER_FUZZ_SCALE` and `SHEDDER_FUZZ_SEED`, read once per test.
 struct Knobs {
     scale: usize,
@@ -371,7 +399,7 @@ fn campaign(config: &str, frames: usize, seed: u64) -> Report {
     datapath.apply(&plan).unwrap();
     let mut model = Model::fresh(&plan);
     let mut rng = SmallRng::seed_from_u64(seed);
-    let targets = targets();
+    let targets = targets_of(&plan);
     let mut report = Report::default();
     let (mut generated, mut batch) = (0, 0);
     // Bounded even if the kernel refused every frame.
@@ -512,4 +540,23 @@ fn global_observe_agrees_with_the_reference() {
 #[test]
 fn global_off_agrees_with_the_reference() {
     check("off", OFF, 0.15, 0x5eed_0003, &["closed.admitted", "strict.dropped", "pass.fail_open"]);
+}
+
+/// Every packet table's config, a thousand frames each: the fuzzer holds the
+/// program to the reference on the configs the tables were written for too.
+#[test]
+fn the_packet_tables_configs_agree_with_the_reference() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/packet_table");
+    let mut configs: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.extension().is_some_and(|ext| ext == "toml"))
+        .collect();
+    configs.sort();
+    assert!(configs.len() >= 10, "the tables' configs in {}: {configs:?}", dir.display());
+    for (i, path) in configs.iter().enumerate() {
+        let config = std::fs::read_to_string(path).unwrap();
+        let name = path.file_stem().unwrap().to_string_lossy();
+        check(&format!("table {name}"), &config, 0.01, 0x5eed_0100 + i as u64, &[]);
+    }
 }

@@ -28,13 +28,12 @@ use shedder_daemon::{
     datapath::{Datapath, PassProgram},
     fastpath::AttachKind,
 };
-use shedder_tests::{
-    counters::{Counters, counters, moved},
+use shedder_testbed::{
     flood::packet_socket,
-    netns::Testbed,
     packets::{Ipv6Ext, TcpFrame},
-    saved_syn::saved_syn,
 };
+use shedder_testbed::{netns::Testbed, saved_syn::saved_syn};
+use shedder_tests::counters::{Counters, counters, moved};
 
 /// Long enough that a refused or admitted connect never runs into it.
 const CONNECT_PATIENCE: Duration = Duration::from_secs(5);

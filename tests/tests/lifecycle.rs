@@ -18,9 +18,9 @@ use std::{
 use nix::sys::signal::Signal;
 use serde_json::Value;
 use shedder_daemon::api::ctl;
-use shedder_tests::{
+use shedder_testbed::{
     bpffs::PrivateBpffs,
-    daemon_process::{DaemonProcess, daemon_binary},
+    daemon::{DaemonProcess, daemon_binary},
     netns::Netns,
     scratch::ScratchDir,
 };
@@ -116,11 +116,8 @@ impl Bed {
         log
     }
 
-    fn xdp_program(&self, iface: &str) -> Option<String> {
-        let out = Command::new("ip").args(["-n", self.ns.name(), "-d", "link", "show", "dev", iface]).output().unwrap();
-        let shown = String::from_utf8_lossy(&out.stdout).into_owned();
-        let id = shown.split("prog/xdp id ").nth(1)?;
-        id.split_whitespace().next().map(str::to_string)
+    fn xdp_program(&self, iface: &str) -> Option<u32> {
+        self.ns.xdp_program_id(iface).unwrap()
     }
 }
 
@@ -153,7 +150,7 @@ fn a_second_daemon_on_a_pinned_interface_is_refused_naming_the_first() {
 
     let log = bed.refused(bed.second("va", &bed.socket("second"), &[]));
     assert!(log.contains(&format!("in use by process {pid}")), "names the first daemon:\n{log}");
-    assert_eq!(bed.xdp_program("va"), Some(program.clone()), "the first daemon's program stays");
+    assert_eq!(bed.xdp_program("va"), Some(program), "the first daemon's program stays");
 
     // Nor may `shedder detach` pull the program from under it.
     let detach = Command::new(daemon_binary())
@@ -328,7 +325,7 @@ fn attaching_where_another_program_is_names_it() {
     drop(first);
 
     // TCX runs several programs on one hook; a second shedder must not join.
-    let first = bed.start("vb", &bed.socket("t1"), &["--no-pin", "--attach", "tc"]);
+    let mut first = bed.start("vb", &bed.socket("t1"), &["--no-pin", "--attach", "tc"]);
     if first.log().contains("tc ingress (tcx)") {
         let log = bed.refused(bed.second("vb", &bed.socket("t2"), &["--no-pin", "--attach", "tc"]));
         assert!(log.contains("another shedder program is attached to vb's TC ingress"), "{log}");

@@ -30,7 +30,7 @@ use shedder_daemon::{
     datapath::{Datapath, PassProgram},
     fastpath::{AttachKind, Attachment, Fastpath},
 };
-use shedder_tests::{
+use shedder_testbed::{
     netns::Testbed,
     saved_syn::{dscp_of, saved_syn},
 };

@@ -3,7 +3,7 @@
 //! afresh, and a reload under traffic sends no connection to a class it
 //! belongs to in neither the old config nor the new one.
 
-use shedder_tests::test_run::{XDP_DROP, XDP_PASS, XDP_TX};
+use shedder_testbed::test_run::{XDP_DROP, XDP_PASS, XDP_TX};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use aya::programs::{TestRun, TestRunOptions};
@@ -12,7 +12,7 @@ use shedder_daemon::{
     datapath::Datapath,
     fastpath::Fastpath,
 };
-use shedder_tests::{packets::TcpFrame, test_run::XdpRunner};
+use shedder_testbed::{packets::TcpFrame, test_run::XdpRunner};
 
 fn config(classes: &[(&str, u16)]) -> String {
     let mut text = String::from(

@@ -28,7 +28,7 @@
 //! flood class in `off` mode the goodput held in one run and fell to 76% in
 //! another). The counters, not the goodput, are what fail without shedder.
 //!
-//! The test needs the `shedder` binary (see `daemon_process::daemon_binary`).
+//! The test needs the `shedder` binary (see `shedder_testbed::daemon::daemon_binary`).
 
 use std::{
     io::{Read as _, Write as _},
@@ -44,9 +44,10 @@ use std::{
 
 use nix::sys::signal::Signal;
 use shedder_daemon::api::ctl::{self, CtlOp};
-use shedder_tests::{
-    bed_daemon::{BedDaemon, serve},
-    flood::{FloodLimits, FloodReport, FloodTarget, SynFlood, link_mac},
+use shedder_testbed::flood::{FloodLimits, FloodReport, FloodTarget, SynFlood, link_mac};
+use shedder_testbed::{
+    backend::{Answer, Backend},
+    daemon::{Daemon, DaemonOptions},
     netns::Testbed,
 };
 
@@ -96,11 +97,11 @@ dst_port = 9001
 "#;
 
 /// The daemon under test, with this test's config.
-struct FloodDaemon(BedDaemon);
+struct FloodDaemon(Daemon);
 
 impl FloodDaemon {
     fn start(bed: &Testbed) -> Self {
-        Self(BedDaemon::start(bed, CONFIG))
+        Self(Daemon::start(DaemonOptions::on_server(bed), CONFIG).unwrap())
     }
 
     fn socket(&self) -> PathBuf {
@@ -118,8 +119,8 @@ impl FloodDaemon {
     }
 
     /// SIGTERM, as an operator stops it; true if it exited within the grace.
-    fn stop(self) -> bool {
-        self.0.process.stop(Signal::SIGTERM, Duration::from_secs(10))
+    fn stop(mut self) -> bool {
+        self.0.process.stop(Signal::SIGTERM, Duration::from_secs(10)).is_some()
     }
 }
 
@@ -205,9 +206,10 @@ fn flooded_phase(
 fn legitimate_goodput_and_the_control_socket_survive_a_syn_flood() {
     let bed = Testbed::new().expect("test bed (root, iproute2)");
     let daemon = FloodDaemon::start(&bed);
-    let stop_server = Arc::new(AtomicBool::new(false));
-    let server =
-        serve(bed.listen(SocketAddr::new(Testbed::SERVER_V4.into(), API_PORT), false).unwrap(), stop_server.clone());
+    let server = Backend::serve(
+        vec![bed.listen(SocketAddr::new(Testbed::SERVER_V4.into(), API_PORT), false).unwrap()],
+        Answer::Done,
+    );
     // The flooded port is served too, as a flood's target would be: without
     // shedder each of its SYNs would cost a SYN-ACK (a SYN cookie once the
     // queue is full).
@@ -281,7 +283,6 @@ fn legitimate_goodput_and_the_control_socket_survive_a_syn_flood() {
     assert_eq!(api_dropped, 0, "legitimate SYNs were dropped");
     assert!(api_admitted >= legitimate, "{api_admitted} api SYNs admitted for {legitimate} completed exchanges");
 
-    stop_server.store(true, Ordering::Relaxed);
-    server.join().unwrap();
+    drop(server);
     assert!(daemon.stop(), "the daemon did not exit on SIGTERM after the flood");
 }

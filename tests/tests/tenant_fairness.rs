@@ -16,14 +16,10 @@
 //! once and never retransmits): only the tenants' buckets shed. Every load
 //! loop is bounded by a schedule of a fixed count and a deadline.
 //!
-//! The test needs the `shedder` binary (see `daemon_process::daemon_binary`).
+//! The test needs the `shedder` binary (see `shedder_testbed::daemon::daemon_binary`).
 
 use std::{
     net::{Ipv4Addr, SocketAddr, SocketAddrV4},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
     thread::JoinHandle,
     time::Duration,
 };
@@ -34,8 +30,9 @@ use shedder_daemon::api::{
     ctl::{self, CtlOp},
     protocol::SetTenant,
 };
-use shedder_tests::{
-    bed_daemon::{BedDaemon, serve},
+use shedder_testbed::{
+    backend::{Answer, Backend},
+    daemon::{self, DaemonOptions},
     netns::Testbed,
     tenant_client::paced,
 };
@@ -89,7 +86,7 @@ burst = 20
 "#;
 
 /// The daemon under test, with this test's config.
-struct Daemon(BedDaemon);
+struct Daemon(daemon::Daemon);
 
 impl Daemon {
     fn socket(&self) -> std::path::PathBuf {
@@ -163,12 +160,11 @@ fn a_flooding_tenant_takes_only_what_the_others_leave() {
     for (_, from) in TENANTS {
         bed.client.ip(&["addr", "add", &format!("{from}/24"), "dev", &bed.client_if, "nodad"]).unwrap();
     }
-    let daemon = Daemon(BedDaemon::start(&bed, CONFIG));
+    let mut daemon = Daemon(daemon::Daemon::start(DaemonOptions::on_server(&bed), CONFIG).unwrap());
     // XDP_TX'd RSTs reach the client only through an XDP program on its end.
     let _pass = bed.attach_client_pass().unwrap();
     let listener = bed.listen(SocketAddr::new(Testbed::SERVER_V4.into(), PORT), false).unwrap();
-    let stop = Arc::new(AtomicBool::new(false));
-    let server = serve(listener, stop.clone());
+    let server = Backend::serve(vec![listener], Answer::Done);
 
     let before = phase(&bed, [QUIET_RATE; 3], QUIET_PHASE);
     let flooded = [FLOOD_RATE, QUIET_RATE, QUIET_RATE];
@@ -182,8 +178,7 @@ fn a_flooding_tenant_takes_only_what_the_others_leave() {
         .zip(&counted)
         .map(|(after, before)| (after - before) as f64 / FLOOD_PHASE.as_secs_f64())
         .collect();
-    stop.store(true, Ordering::Relaxed);
-    server.join().unwrap();
+    drop(server);
 
     let offered: Vec<f64> = during.iter().map(|(attempted, _)| *attempted as f64 / FLOOD_PHASE.as_secs_f64()).collect();
     let fair = fair_shares(SHARE * TENANTS.len() as f64, &offered);
@@ -216,7 +211,7 @@ fn a_flooding_tenant_takes_only_what_the_others_leave() {
         .collect();
     assert_eq!(shares[0], ("noisy".to_string(), 300.0, 1.0));
     assert_eq!(shares[1], ("calm".to_string(), 100.0, 1.0), "the refused change left calm as it was");
-    assert!(daemon.0.process.stop(Signal::SIGTERM, Duration::from_secs(10)), "the daemon stops on SIGTERM");
+    assert!(daemon.0.process.stop(Signal::SIGTERM, Duration::from_secs(10)).is_some(), "the daemon stops on SIGTERM");
 }
 
 #[test]

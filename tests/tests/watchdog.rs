@@ -8,11 +8,11 @@
 
 use shedder_common::{maps::PassReason, reference::Verdict, verdict::Outcome};
 use shedder_daemon::{clock::monotonic_ns, config::Config, datapath::Datapath, fastpath::Fastpath};
-use shedder_tests::{
-    counters::{Counters, class_moves, counters, moved, pass_moves},
+use shedder_testbed::{
     packets::TcpFrame,
     test_run::{HOOKS, run},
 };
+use shedder_tests::counters::{Counters, class_moves, counters, moved, pass_moves};
 
 /// `chat` holds two tokens and earns one every 1000 s, so within a test it
 /// admits exactly two SYNs; `quiet` is off and `trial` observes.

@@ -9,7 +9,7 @@ use crate::{bootstrap, cmd};
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     bootstrap::run(bootstrap::Needs::root_with_nftables("bench"))?;
     let bench = |bin: &str, args: &[String]| {
-        cmd::run(cmd::cargo().args(["run", "--release", "--package", "shedder-tests", "--bin", bin, "--"]).args(args))
+        cmd::run(cmd::cargo().args(["run", "--release", "--package", "shedder-tools", "--bin", bin, "--"]).args(args))
     };
     bench("shedder-bench", args)?;
     bench("shedder-control-bench", &[])?;

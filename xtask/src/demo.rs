@@ -8,7 +8,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let daemon = build::daemon_release()?;
     cmd::run(
         cmd::cargo()
-            .args(["run", "--release", "--package", "shedder-tests", "--bin", "shedder-demo", "--", "--daemon"])
+            .args(["run", "--release", "--package", "shedder-tools", "--bin", "shedder-demo", "--", "--daemon"])
             .arg(&daemon)
             .args(args),
     )

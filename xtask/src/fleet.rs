@@ -14,7 +14,7 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     let daemon = cmd::target_dir().join("debug").join("shedder");
     cmd::run(
         cmd::cargo()
-            .args(["run", "--package", "shedder-tests", "--bin", "shedder-fleet-demo", "--"])
+            .args(["run", "--package", "shedder-tools", "--bin", "shedder-fleet-demo", "--"])
             .args(args)
             .env("SHEDDER_BIN", &daemon),
     )

@@ -4,7 +4,7 @@
 use std::ffi::OsStr;
 use std::process::Command;
 
-use shedder_tests::daemon_process::daemon_binary;
+use shedder_testbed::daemon::daemon_binary;
 
 /// Runs the drill with `args` and returns its standard output; fails the
 /// test, with both outputs, if it fails.

@@ -5,19 +5,24 @@
 #![allow(dead_code)]
 
 use aya::maps::{Array, Map, MapData, MapInfo, lpm_trie::LpmTrie};
+use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use shedder_common::{
     classify::RuleTarget,
     maps::{ClassConfig, GlobalConfig, MAX_CLASSES, names},
 };
 use shedder_daemon::config::Plan;
+use shedder_testbed::{
+    daemon::{Daemon, DaemonOptions},
+    netns::Netns,
+};
 use std::{
     collections::{BTreeMap, BTreeSet},
     io::{BufRead, BufReader, Write},
     os::unix::net::UnixStream,
     path::{Path, PathBuf},
-    process::{Command, Stdio},
-    time::{Duration, Instant},
+    process::{Command, ExitStatus},
+    time::Duration,
 };
 
 /// Three classes (one controlled, with a deadline) and one rule: the
@@ -51,53 +56,45 @@ class = "batch"
 dst_port = 8001
 "#;
 
-/// A netns with a veth, the daemon on it, and a private socket directory.
+/// A netns with a veth pair, the daemon on one end, its config and socket in
+/// a scratch directory of its own.
 pub struct Bed {
-    ns: String,
-    pub dir: PathBuf,
-    pub child: std::process::Child,
-}
-
-fn ip(args: &[&str]) {
-    let out = Command::new("ip").args(args).output().expect("ip (iproute2) runs");
-    assert!(out.status.success(), "ip {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    /// Dropped first: the daemon is killed before its namespace goes.
+    pub daemon: Daemon,
+    _ns: Netns,
 }
 
 impl Bed {
-    /// Starts `shedder run` on `config` in a fresh netns; returns once its socket answers.
+    /// Starts `shedder run` on `config` in a fresh netns; returns once its socket listens.
     pub fn start(tag: &str, config: &str) -> Self {
-        let ns = format!("shapi{tag}{}", std::process::id());
-        ip(&["netns", "add", &ns]);
-        ip(&["-n", &ns, "link", "set", "lo", "up"]);
-        ip(&["-n", &ns, "link", "add", "veth-in", "type", "veth", "peer", "name", "veth-out"]);
-        ip(&["-n", &ns, "link", "set", "veth-in", "up"]);
-        ip(&["-n", &ns, "link", "set", "veth-out", "up"]);
-        let dir = std::env::temp_dir().join(format!("shedder-api-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("shedder.toml"), config).unwrap();
-        // Let `nobody` reach the socket's directory.
-        std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-        let child = spawn_daemon(&ns, &dir);
-        Bed { ns, dir, child }
+        let ns = Netns::new(&format!("shapi{tag}")).unwrap();
+        ns.add_veth_pair("veth-in", "veth-out").unwrap();
+        let options = DaemonOptions {
+            socket_group: Some("nogroup"),
+            // A stale socket from a daemon that died: replaced at start.
+            stale_socket: true,
+            ..DaemonOptions::new(env!("CARGO_BIN_EXE_shedder"), &ns, "veth-in")
+        };
+        Bed { daemon: Daemon::start(options, config).unwrap(), _ns: ns }
     }
 
-    /// SIGTERM to the daemon, and waits for its exit.
-    pub fn stop_daemon(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
-            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGTERM);
-            let _ = self.child.wait();
-        }
+    /// The daemon's PID (`ip netns exec` execs it).
+    pub fn pid(&self) -> u32 {
+        self.daemon.process.pid().as_raw() as u32
+    }
+
+    /// SIGTERM to the daemon, and waits for its exit: its status.
+    pub fn stop_daemon(&mut self) -> Option<ExitStatus> {
+        self.daemon.process.stop(Signal::SIGTERM, Duration::from_secs(30))
     }
 
     /// Starts the daemon again after [`Bed::stop_daemon`], on the same socket.
     pub fn restart_daemon(&mut self) {
-        self.child = spawn_daemon(&self.ns, &self.dir);
+        self.daemon.restart().unwrap();
     }
 
     pub fn socket(&self) -> PathBuf {
-        self.dir.join("control.sock")
+        self.daemon.socket()
     }
 
     pub fn connect(&self) -> Client {
@@ -121,46 +118,6 @@ impl Bed {
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     }
-}
-
-impl Drop for Bed {
-    fn drop(&mut self) {
-        self.stop_daemon();
-        let _ = Command::new("ip").args(["netns", "del", &self.ns]).status();
-        let _ = std::fs::remove_dir_all(&self.dir);
-    }
-}
-
-/// `shedder run` on `dir`'s config and socket in `ns`; returns once its socket answers.
-fn spawn_daemon(ns: &str, dir: &Path) -> std::process::Child {
-    let socket = dir.join("control.sock");
-    // A stale socket from a daemon that died: replaced at start. Bound but
-    // never listening: a listener, even one dropped at once, could be
-    // inherited for a moment by a daemon another test thread forks, and a
-    // connect to it would pass for this daemon's socket being up.
-    let _ = std::fs::remove_file(&socket);
-    {
-        use nix::sys::socket::{self as sock, AddressFamily, SockFlag, SockType, UnixAddr};
-        use std::os::fd::AsRawFd;
-        let stale = sock::socket(AddressFamily::Unix, SockType::Stream, SockFlag::SOCK_CLOEXEC, None).unwrap();
-        sock::bind(stale.as_raw_fd(), &UnixAddr::new(&socket).unwrap()).unwrap();
-    }
-    let child = Command::new("ip")
-        .args(["netns", "exec", ns, env!("CARGO_BIN_EXE_shedder"), "run", "--iface", "veth-in"])
-        .args(["--report-every", "60", "--no-pin", "--socket-group", "nogroup", "--config"])
-        .arg(dir.join("shedder.toml"))
-        .arg("--socket")
-        .arg(&socket)
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while UnixStream::connect(&socket).is_err() {
-        assert!(Instant::now() < deadline, "the control socket never came up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    child
 }
 
 /// One connection, many requests.

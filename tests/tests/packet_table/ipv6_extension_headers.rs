@@ -6,9 +6,9 @@
 //! Linux delivers no TCP behind) passes uncharged, counted under its reason.
 
 use shedder_common::ipv6_ext::MAX_CHAIN;
-use shedder_tests::packets::Ipv6Ext::{self, Authentication, DestinationOptions, Esp, Fragment, HopByHop, Routing};
+use shedder_testbed::packets::Ipv6Ext::{self, Authentication, DestinationOptions, Esp, Fragment, HopByHop, Routing};
 
-use super::*;
+use super::{parser::truncation_reason, *};
 
 /// One of each header Linux walks through to TCP, by name.
 const EACH_HEADER: [(&str, Ipv6Ext); 7] = [

@@ -12,12 +12,13 @@
 use std::{
     fs::File,
     path::{Path, PathBuf},
-    process::{Child, Command, Stdio},
+    process::{Command, Stdio},
     time::{Duration, Instant},
 };
 
 use anyhow::{Context as _, bail, ensure};
-use nix::{sys::signal::Signal, unistd::Pid};
+use nix::sys::signal::Signal;
+use shedder_testbed::{child::ChildGuard, netns::Netns, scratch::ScratchDir};
 
 use crate::cmd;
 
@@ -146,32 +147,22 @@ fn dpkg(args: &[&str], target: &Path) -> anyhow::Result<()> {
 /// A network namespace with a veth pair, the daemon started in it, and
 /// whatever the check installed: all undone when dropped, however the check ends.
 struct Bed {
-    netns: String,
-    scratch: PathBuf,
-    daemon: Option<Child>,
+    /// Killed, by its PID, before the package is purged.
+    daemon: Option<ChildGuard>,
     installed: bool,
+    scratch: ScratchDir,
+    netns: Netns,
 }
 
 impl Bed {
     fn new() -> anyhow::Result<Self> {
-        let tag = std::process::id();
-        let scratch = std::env::temp_dir().join(format!("shedder-deb-check-{tag}"));
-        std::fs::create_dir_all(&scratch).with_context(|| format!("creating {}", scratch.display()))?;
-        let bed = Self { netns: format!("shedder-deb-check-{tag}"), scratch, daemon: None, installed: false };
-        cmd::output(Command::new("ip").args(["netns", "add", &bed.netns]))?;
-        bed.ip(&["link", "add", IFACE, "type", "veth", "peer", "name", PEER])?;
-        for dev in [IFACE, PEER] {
-            bed.ip(&["link", "set", dev, "up"])?;
-        }
-        Ok(bed)
-    }
-
-    fn ip(&self, args: &[&str]) -> anyhow::Result<String> {
-        cmd::output(Command::new("ip").args(["-n", &self.netns]).args(args))
+        let netns = Netns::new("shdeb")?;
+        netns.add_veth_pair(IFACE, PEER)?;
+        Ok(Self { daemon: None, installed: false, scratch: ScratchDir::new("shedder-deb-check-")?, netns })
     }
 
     fn log_path(&self) -> PathBuf {
-        self.scratch.join("daemon.log")
+        self.scratch.path().join("daemon.log")
     }
 
     fn log(&self) -> String {
@@ -183,20 +174,19 @@ impl Bed {
     /// directory and the namespace.
     fn start_daemon(&mut self) -> anyhow::Result<()> {
         let log = File::create(self.log_path())?;
-        let socket = self.scratch.join("control.sock");
         // nsenter, not `ip netns exec`: that one also remounts /sys, hiding the
-        // host's BPF filesystem, where the pins must go.
-        let child = Command::new("nsenter")
-            .arg(format!("--net=/run/netns/{}", self.netns))
+        // check's BPF filesystem, where the pins must go. nsenter execs the
+        // daemon: the child's PID is the daemon's.
+        let mut command = Command::new("nsenter");
+        command
+            .arg(format!("--net={}", self.netns.path().display()))
             .args(["--", BINARY, "run", "--iface", IFACE, "--attach", "xdp"])
             .args(["--config", CONFIG, "--report-every", "60", "--socket"])
-            .arg(&socket)
+            .arg(self.scratch.path().join("control.sock"))
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .context("starting the packaged daemon")?;
-        self.daemon = Some(child);
+            .stderr(log);
+        self.daemon = Some(ChildGuard::spawn(&mut command, "the packaged daemon")?);
         Ok(())
     }
 
@@ -209,7 +199,7 @@ impl Bed {
             {
                 return Ok(id);
             }
-            if let Some(status) = self.daemon.as_mut().and_then(|d| d.try_wait().transpose()).transpose()? {
+            if let Some(status) = self.daemon.as_mut().and_then(|d| d.exit_within(Duration::ZERO)) {
                 bail!("the packaged daemon exited ({status}) before attaching:\n{}", self.log());
             }
             if Instant::now() > until {
@@ -221,38 +211,24 @@ impl Bed {
 
     /// SIGTERM, as `systemctl stop` sends, and waits for the exit.
     fn stop_daemon(&mut self) -> anyhow::Result<()> {
-        let mut child = self.daemon.take().context("no daemon runs")?;
-        // nsenter execs the daemon: the child's PID is the daemon's.
-        nix::sys::signal::kill(Pid::from_raw(child.id() as i32), Signal::SIGTERM)?;
-        let until = Instant::now() + Duration::from_secs(10);
-        while child.try_wait()?.is_none() {
-            if Instant::now() > until {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!("the packaged daemon did not exit within 10 s of SIGTERM:\n{}", self.log());
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let daemon = self.daemon.take().context("no daemon runs")?;
+        if !daemon.stop(Signal::SIGTERM, Duration::from_secs(10)) {
+            bail!("the packaged daemon did not exit within 10 s of SIGTERM:\n{}", self.log());
         }
         Ok(())
     }
 
     fn xdp_program_id(&self) -> anyhow::Result<Option<u32>> {
-        let shown = self.ip(&["-d", "link", "show", "dev", IFACE])?;
-        Ok(shown.split("prog/xdp id ").nth(1).and_then(|after| after.split_whitespace().next()?.parse().ok()))
+        self.netns.xdp_program_id(IFACE)
     }
 }
 
 impl Drop for Bed {
     fn drop(&mut self) {
-        if let Some(mut child) = self.daemon.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        drop(self.daemon.take());
         if self.installed {
             // Its prerm detaches what the check's daemon pinned.
             let _ = dpkg(&["--purge"], Path::new(PACKAGE));
         }
-        let _ = Command::new("ip").args(["netns", "del", &self.netns]).status();
-        let _ = std::fs::remove_dir_all(&self.scratch);
     }
 }

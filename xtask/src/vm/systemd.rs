@@ -98,7 +98,7 @@ fn boot_and_judge(root: &Path, machine: &qemu::Machine) -> anyhow::Result<Checke
     packages::ensure(&packages::SYSTEMD)?;
     let (package, upgrade) = deb::package_and_upgrade("vm")?;
     let probe =
-        initramfs::cargo_executables(&["build", "--package", "shedder-tests", "--bin", "shedder-connect-probe"])?;
+        initramfs::cargo_executables(&["build", "--package", "shedder-tools", "--bin", "shedder-connect-probe"])?;
     let probe = initramfs::find(&probe, "shedder-connect-probe", false)?;
     let image = rootfs::ensure(&root.join("rootfs"))?;
 

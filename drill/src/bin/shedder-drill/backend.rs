@@ -14,7 +14,7 @@ use std::{net::TcpListener, sync::Arc, time::Duration};
 use anyhow::Context as _;
 use rand::RngExt as _;
 use shedder_drill::workload::MARK_DSCP;
-use shedder_tests::saved_syn::{dscp_of, saved_syn};
+use shedder_testbed::saved_syn::{dscp_of, saved_syn};
 use tokio::{
     io::AsyncWriteExt as _,
     net::TcpStream,

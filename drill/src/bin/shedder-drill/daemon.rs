@@ -14,7 +14,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use nix::sys::signal::Signal;
 use serde_json::json;
-use shedder_tests::{child::ChildGuard, netns::Testbed};
+use shedder_testbed::{child::ChildGuard, netns::Testbed};
 
 use crate::control::ControlClient;
 

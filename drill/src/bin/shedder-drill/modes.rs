@@ -17,7 +17,7 @@ use shedder_drill::{
     record::{RunRecord, TimelinePoint},
     workload::Workload,
 };
-use shedder_tests::netns::Testbed;
+use shedder_testbed::netns::Testbed;
 use tokio::{runtime::Runtime, sync::watch, task::JoinSet};
 
 use crate::{

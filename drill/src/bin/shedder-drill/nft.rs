@@ -6,7 +6,7 @@
 use std::{io::Write as _, process::Stdio};
 
 use anyhow::{Context as _, bail};
-use shedder_tests::netns::Netns;
+use shedder_testbed::netns::Netns;
 
 /// The ruleset: one `limit rate over … reject` rule per (port, rate/s).
 pub fn ruleset(limits: &[(u16, u32)]) -> String {

@@ -5,7 +5,7 @@
 use std::net::Ipv4Addr;
 
 use anyhow::Context as _;
-use shedder_tests::netns::Testbed;
+use shedder_testbed::netns::Testbed;
 
 const FIRST_HOST: u8 = 10;
 

@@ -18,7 +18,7 @@ use std::{
 
 use anyhow::Context as _;
 use clap::Parser;
-use shedder_tests::fleet_bed::{FleetBed, FleetTenant};
+use shedder_testbed::fleet_bed::{FleetBed, FleetTenant};
 
 const HOSTS: usize = 4;
 const TENANTS: [FleetTenant; 2] =

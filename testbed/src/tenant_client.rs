@@ -1,6 +1,6 @@
 //! A tenant's clients: new TCP connections from one of the tenant's
 //! addresses, each one exchange with a one-answer server
-//! ([`crate::bed_daemon::serve`]), on a fixed schedule bounded in count and
+//! ([`crate::backend::Backend`]), on a fixed schedule bounded in count and
 //! time.
 
 use std::{

@@ -12,7 +12,7 @@ use std::{
 
 use anyhow::{Context as _, bail};
 use nix::sys::signal::Signal;
-use shedder_tests::{child::ChildGuard, netns::Testbed};
+use shedder_testbed::{child::ChildGuard, netns::Testbed};
 
 use crate::{daemon_log::DaemonView, signals::stopping};
 

@@ -12,7 +12,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use shedder_tests::netns::Testbed;
+use shedder_testbed::netns::Testbed;
 
 use crate::{READ_TIMEOUT, lanes::Lane};
 

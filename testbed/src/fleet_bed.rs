@@ -22,10 +22,6 @@ use std::{
     collections::BTreeMap,
     io::{Read as _, Write as _},
     net::{Ipv4Addr, SocketAddr, SocketAddrV4, TcpListener, TcpStream},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-    },
     thread::JoinHandle,
     time::{Duration, Instant},
 };
@@ -34,7 +30,8 @@ use anyhow::Context as _;
 use shedder_daemon::datapath::PassProgram;
 
 use crate::{
-    bed_daemon::{BedDaemon, serve},
+    backend::{Answer, Backend},
+    daemon::{Daemon, DaemonOptions, daemon_binary},
     netns::{Netns, unique_name},
     redis_server::RedisServer,
     tenant_client::paced,
@@ -77,7 +74,7 @@ pub struct FleetHost {
     pub name: String,
     pub address: Ipv4Addr,
     /// Declared before `ns`: the daemon goes before its namespace.
-    pub daemon: BedDaemon,
+    pub daemon: Daemon,
     pub ns: Netns,
 }
 
@@ -97,25 +94,10 @@ impl FleetHost {
     }
 }
 
-/// The one-answer backends, stopped and joined on drop.
-struct Backends {
-    stop: Arc<AtomicBool>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-impl Drop for Backends {
-    fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
-    }
-}
-
 /// The whole bed. Fields drop in order: backends, hosts (daemons, then
 /// their namespaces and veths), the XDP_PASS programs, Redis, the hub.
 pub struct FleetBed {
-    _backends: Backends,
+    _backends: Vec<Backend>,
     pub hosts: Vec<FleetHost>,
     _passes: Vec<PassProgram>,
     pub redis: RedisServer,
@@ -125,7 +107,7 @@ pub struct FleetBed {
 
 impl FleetBed {
     /// Builds the bed with `hosts` hosts serving `tenants`, and waits until
-    /// every daemon listens. The daemons are `daemon_process::daemon_binary`.
+    /// every daemon listens. The daemons are `crate::daemon::daemon_binary`.
     pub fn start(hosts: usize, tenants: &[FleetTenant]) -> anyhow::Result<Self> {
         // Hosts are 10.216.0.1 to .15; tenants' /28s follow, up to .239.
         anyhow::ensure!((1..=15).contains(&hosts), "{hosts} hosts: the bed has room for 1 to 15");
@@ -138,7 +120,7 @@ impl FleetBed {
         }
         hub.ip(&["link", "set", "br0", "up"])?;
         let redis = RedisServer::start_on(&hub, HUB_V4)?;
-        let mut backends = Backends { stop: Arc::new(AtomicBool::new(false)), threads: Vec::new() };
+        let mut backends = Vec::new();
         let (mut passes, mut built) = (Vec::new(), Vec::new());
         for i in 0..hosts {
             let name = format!("h{i}");
@@ -160,11 +142,15 @@ impl FleetBed {
                 listener.set_nonblocking(true)?;
                 Ok(listener)
             })??;
-            backends.threads.push(serve(listener, backends.stop.clone()));
+            backends.push(Backend::serve(vec![listener], Answer::Done));
             let config = config(&name, &redis.address(), hosts, tenants);
             let metrics = METRICS.to_string();
-            let daemon = BedDaemon::start_in(&ns, &host_end, &config, &["--metrics-addr", &metrics])
-                .with_context(|| format!("starting {name}'s daemon"))?;
+            let options = DaemonOptions {
+                attach: Some("xdp"),
+                extra: vec!["--metrics-addr".into(), metrics],
+                ..DaemonOptions::new(daemon_binary(), &ns, &host_end)
+            };
+            let daemon = Daemon::start(options, &config).with_context(|| format!("starting {name}'s daemon"))?;
             built.push(FleetHost { name, address, daemon, ns });
         }
         Ok(Self { _backends: backends, hosts: built, _passes: passes, redis, tenants: tenants.to_vec(), hub })

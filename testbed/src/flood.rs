@@ -12,7 +12,6 @@
 use std::{
     net::{Ipv4Addr, SocketAddrV4},
     os::fd::{AsRawFd as _, FromRawFd as _, OwnedFd},
-    process::Command,
     sync::atomic::{AtomicBool, Ordering},
     time::{Duration, Instant},
 };
@@ -74,12 +73,7 @@ impl FloodReport {
 
 /// The MAC address of `iface` inside `ns`, read from iproute2.
 pub fn link_mac(ns: &Netns, iface: &str) -> anyhow::Result<[u8; 6]> {
-    let out = Command::new("ip")
-        .args(["-n", ns.name(), "-o", "link", "show", "dev", iface])
-        .output()
-        .context("running ip (iproute2)")?;
-    ensure!(out.status.success(), "ip link show {iface}: {}", String::from_utf8_lossy(&out.stderr).trim());
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = ns.ip(&["-o", "link", "show", "dev", iface])?;
     let mac = text
         .split_whitespace()
         .skip_while(|word| *word != "link/ether")

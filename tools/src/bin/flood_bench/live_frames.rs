@@ -24,7 +24,7 @@ use std::os::fd::{AsRawFd as _, OwnedFd};
 
 use anyhow::{Context as _, ensure};
 
-use shedder_tests::test_run::{BPF_PROG_TEST_RUN, TestRunAttr};
+use shedder_testbed::test_run::{BPF_PROG_TEST_RUN, TestRunAttr};
 
 use crate::raw_bpf::{self, ADD64_K, Insn, JGT_X, LDX_H, LDX_W, MOV64_K, MOV64_X, STX_H, XDP_TX, insn};
 

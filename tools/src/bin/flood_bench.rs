@@ -22,7 +22,7 @@
 //! driver's costs would replace; the figures above it are the filters' own.
 //!
 //! `--generator socket` sends the same SYNs as skbs from an AF_PACKET socket
-//! instead ([`shedder_tests::flood`], which the flood test uses): then the
+//! instead ([`shedder_testbed::flood`], which the flood test uses): then the
 //! sender allocates the skb a driver would allocate on receive (so the paths
 //! without XDP are charged less than on hardware), and veth copies each skb
 //! into a page before an XDP program may see it (so XDP is charged more).
@@ -51,9 +51,9 @@ use shedder_daemon::{
     datapath::{Datapath, PassProgram},
     fastpath::{AttachKind, Fastpath},
 };
-use shedder_tests::{
+use shedder_testbed::netns::Testbed;
+use shedder_testbed::{
     flood::{FloodLimits, FloodReport, FloodTarget, SynFlood, link_mac},
-    netns::Testbed,
     packets::TcpFrame,
 };
 

@@ -13,7 +13,7 @@ use std::{
 };
 
 use anyhow::Context as _;
-use shedder_tests::saved_syn::{dscp_of, saved_syn};
+use shedder_testbed::saved_syn::{dscp_of, saved_syn};
 
 use crate::READ_TIMEOUT;
 
@@ -41,7 +41,7 @@ pub struct Servers {
 
 impl Servers {
     /// One accept loop per listener, each on its own thread. The listeners are
-    /// non-blocking and save their SYNs ([`shedder_tests::netns::Testbed::listen`]).
+    /// non-blocking and save their SYNs ([`shedder_testbed::netns::Testbed::listen`]).
     pub fn start(listeners: Vec<TcpListener>) -> anyhow::Result<Self> {
         let mut servers =
             Self { stop: Arc::default(), threads: Vec::new(), accepted: Arc::default(), marked: Arc::default() };

@@ -56,19 +56,21 @@ impl ChildGuard {
         }
     }
 
-    /// Asks the process to stop with `signal` (by its PID), and kills it if it
-    /// has not exited within `grace` (dropping the guard kills and reaps it).
-    /// Returns whether it exited by itself.
-    pub fn stop(mut self, signal: nix::sys::signal::Signal, grace: Duration) -> bool {
+    /// Sends `signal` (by its PID) while the process runs: never to a PID it
+    /// no longer owns.
+    pub fn signal(&mut self, signal: nix::sys::signal::Signal) {
         if self.is_running() {
             let pid = nix::unistd::Pid::from_raw(self.child.id() as i32);
             let _ = nix::sys::signal::kill(pid, signal);
         }
-        let until = Instant::now() + grace;
-        while self.is_running() && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        !self.is_running()
+    }
+
+    /// Asks the process to stop with `signal`, and waits up to `grace` for it
+    /// (dropping the guard kills and reaps one that has not exited).
+    /// Returns whether it exited by itself.
+    pub fn stop(mut self, signal: nix::sys::signal::Signal, grace: Duration) -> bool {
+        self.signal(signal);
+        self.exit_within(grace).is_some()
     }
 }
 

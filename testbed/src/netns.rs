@@ -9,23 +9,16 @@ use std::{
     sync::atomic::{AtomicU32, Ordering},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::Context as _;
 use nix::sched::{CloneFlags, setns};
+#[cfg(feature = "daemon")]
 use shedder_daemon::{
     config::Plan,
     datapath::{Datapath, PassProgram},
     fastpath::{AttachKind, Fastpath},
 };
 
-use crate::saved_syn::save_syns;
-
-fn ip(args: &[&str]) -> anyhow::Result<()> {
-    let out = Command::new("ip").args(args).output().context("running ip (iproute2)")?;
-    if !out.status.success() {
-        bail!("ip {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(())
-}
+use crate::{ip::ip, saved_syn::save_syns};
 
 /// A short name, unique across concurrently running test binaries
 /// (interface names are limited to 15 bytes).
@@ -58,11 +51,27 @@ impl Netns {
         PathBuf::from("/var/run/netns").join(&self.name)
     }
 
-    /// Runs `ip` inside the namespace.
-    pub fn ip(&self, args: &[&str]) -> anyhow::Result<()> {
+    /// Runs `ip` inside the namespace; its stdout.
+    pub fn ip(&self, args: &[&str]) -> anyhow::Result<String> {
         let mut full = vec!["-n", &self.name];
         full.extend_from_slice(args);
         ip(&full)
+    }
+
+    /// A veth pair with both ends in this namespace, both up: an interface
+    /// to attach to when no traffic has to cross it.
+    pub fn add_veth_pair(&self, end: &str, peer: &str) -> anyhow::Result<()> {
+        self.ip(&["link", "add", end, "type", "veth", "peer", "name", peer])?;
+        for dev in [end, peer] {
+            self.ip(&["link", "set", dev, "up"])?;
+        }
+        Ok(())
+    }
+
+    /// The id of the XDP program attached to `iface`, if any.
+    pub fn xdp_program_id(&self, iface: &str) -> anyhow::Result<Option<u32>> {
+        let shown = self.ip(&["-d", "link", "show", "dev", iface])?;
+        Ok(shown.split("prog/xdp id ").nth(1).and_then(|after| after.split_whitespace().next()?.parse().ok()))
     }
 
     /// A command that will run inside the namespace.
@@ -119,34 +128,30 @@ impl Testbed {
     pub fn new() -> anyhow::Result<Self> {
         let client = Netns::new("shc")?;
         let server = Netns::new("shs")?;
-        let client_if = unique_name("vc");
-        let server_if = unique_name("vs");
-        ip(&[
-            "link",
-            "add",
-            &client_if,
-            "netns",
-            client.name(),
-            "type",
-            "veth",
-            "peer",
-            "name",
-            &server_if,
-            "netns",
-            server.name(),
-        ])?;
+        let bed = Self { client, server, client_if: unique_name("vc"), server_if: unique_name("vs") };
+        bed.wire()?;
+        Ok(bed)
+    }
+
+    /// Makes the veth pair between the two namespaces, with its addresses;
+    /// also again after a test deleted it (an interface made anew).
+    pub fn wire(&self) -> anyhow::Result<()> {
+        let (client, server) = (self.client.name(), self.server.name());
+        let (client_if, server_if) = (self.client_if.as_str(), self.server_if.as_str());
+        ip(&["link", "add", client_if, "netns", client, "type", "veth", "peer", "name", server_if, "netns", server])?;
         for (ns, ifname, v4, v6) in [
-            (&client, &client_if, Self::CLIENT_V4, Self::CLIENT_V6),
-            (&server, &server_if, Self::SERVER_V4, Self::SERVER_V6),
+            (&self.client, client_if, Self::CLIENT_V4, Self::CLIENT_V6),
+            (&self.server, server_if, Self::SERVER_V4, Self::SERVER_V6),
         ] {
             ns.ip(&["addr", "add", &format!("{v4}/24"), "dev", ifname])?;
             // nodad: usable at once, not after duplicate address detection.
             ns.ip(&["addr", "add", &format!("{v6}/64"), "dev", ifname, "nodad"])?;
             ns.ip(&["link", "set", ifname, "up"])?;
         }
-        Ok(Self { client, server, client_if, server_if })
+        Ok(())
     }
 
+    #[cfg(feature = "daemon")]
     /// Loads the fast path with `plan` and attaches it (`kind`) to the
     /// server's end, from inside the server namespace (aya resolves the
     /// interface and talks netlink in the calling thread's namespace).
@@ -160,6 +165,7 @@ impl Testbed {
         })?
     }
 
+    #[cfg(feature = "daemon")]
     /// Attaches a bare XDP_PASS program to the client's veth end, from inside
     /// the client namespace (where aya resolves the interface and makes its
     /// netlink calls). veth delivers XDP_TX'd frames (shedder's RSTs) only to

@@ -36,7 +36,7 @@ use std::{
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use shedder_daemon::config::Config;
-use shedder_tests::netns::Testbed;
+use shedder_testbed::netns::Testbed;
 
 use crate::{
     client::Load,

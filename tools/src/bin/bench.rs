@@ -23,7 +23,7 @@
 //! take its outcome on every run fails the bench instead of timing the wrong
 //! thing.
 
-use shedder_tests::test_run::{XDP_DROP, XDP_PASS, XDP_TX};
+use shedder_testbed::test_run::{XDP_DROP, XDP_PASS, XDP_TX};
 use std::{collections::BTreeMap, process::ExitCode};
 
 use anyhow::{Context as _, bail, ensure};
@@ -34,7 +34,7 @@ use shedder_daemon::{
     datapath::{Datapath, PassProgram},
     fastpath::Fastpath,
 };
-use shedder_tests::packets::{SERVER_V4, TcpFrame};
+use shedder_testbed::packets::{SERVER_V4, TcpFrame};
 
 /// The goal: shedding a SYN costs at most this many times a bare XDP_PASS.
 const GOAL_RATIO: f64 = 2.0;

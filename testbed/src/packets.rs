@@ -6,7 +6,7 @@
 //! one thing, so a table row reads as "a SYN, but ...":
 //!
 //! ```
-//! use shedder_tests::packets::TcpFrame;
+//! use shedder_testbed::packets::TcpFrame;
 //! let syn = TcpFrame::v4([10, 0, 0, 2], [10, 0, 0, 1]).dst_port(8000).vlan(7).build();
 //! let ack = TcpFrame::v6_default().ack().build();
 //! ```
