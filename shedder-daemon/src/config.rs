@@ -452,21 +452,20 @@ impl Config {
                 let prior = class.prior.clone().unwrap_or_default();
                 let typical = prior.service_p50_ms.unwrap_or(prior.service_p95_ms);
                 safety::check_configured(safety_ms, deadline_ms, typical, self.control.safety_max_fraction)
-                    .map_err(|message| ConfigError { field: field("safety_ms"), message: after_field(message) })?;
+                    .map_err(|message| self.nested(&format!("class[{i}]"), &message))?;
             }
             // Checked alone first, so a bad policy is pinned on its class.
             Controller::new(ControlParams::default(), [(class.name.clone(), policy.clone())].into())
-                .map_err(|e| ConfigError { field: format!("class[{i}]"), message: e.to_string() })?;
+                .map_err(|e| self.nested(&format!("class[{i}]"), &e.to_string()))?;
             policies.insert(class.name.clone(), policy);
         }
         let estimators = Estimators::new(self.estimator.clone(), priors.clone())
-            .map_err(|e| ConfigError { field: "estimator".into(), message: e.to_string() })?;
+            .map_err(|e| self.nested("estimator", &e.to_string()))?;
         if self.backend.workers == Some(0) {
             return fail("backend.workers", "must be at least 1 (the requests the backend serves at once)");
         }
         let params = ControlParams { workers: self.backend.workers.map(f64::from), ..self.control.clone() };
-        let controller = Controller::new(params, policies)
-            .map_err(|e| ConfigError { field: "control".into(), message: e.to_string() })?;
+        let controller = Controller::new(params, policies).map_err(|e| self.nested("control", &e.to_string()))?;
         for (i, target) in self.scrapes.iter().enumerate() {
             target.validate().map_err(|e| ConfigError { field: format!("scrape[{i}]"), message: format!("{e:#}") })?;
             for (model, class) in &target.models {
@@ -507,10 +506,28 @@ impl Config {
     }
 }
 
-/// A message that starts with its own field name (`safety_ms: …`), for a
-/// [`ConfigError`] that names the field in full already.
-fn after_field(message: String) -> String {
-    message.split_once(": ").map_or(message.clone(), |(_, rest)| rest.to_string())
+impl Config {
+    /// A validator's `path: message` as a [`ConfigError`] under `scope`, with
+    /// the field named once: `control.tick_ms: must be …`, not `control:
+    /// control.tick_ms: …`. A message about one class (`class "web" …`)
+    /// goes under that class's index.
+    fn nested(&self, scope: &str, message: &str) -> ConfigError {
+        let by_class = self.classes.iter().enumerate().find_map(|(i, class)| {
+            message.strip_prefix(&format!("class {:?} ", class.name)).map(|rest| (format!("class[{i}]"), rest))
+        });
+        let (scope, message) = by_class.unwrap_or_else(|| (scope.to_string(), message));
+        match message.split_once(": ") {
+            Some((path, rest)) if !path.is_empty() && !path.contains(char::is_whitespace) => {
+                let field = if path == scope || path.starts_with(&format!("{scope}.")) {
+                    path.to_string()
+                } else {
+                    format!("{scope}.{path}")
+                };
+                ConfigError { field, message: rest.to_string() }
+            }
+            _ => ConfigError { field: scope, message: message.to_string() },
+        }
+    }
 }
 
 /// Converts tokens to milli-tokens, refusing values the fixed point cannot hold.
@@ -651,6 +668,13 @@ pub(crate) mod tests {
         Config::parse(&text).map_err(|e| format!("{e:#}"))?.plan().map_err(|e| e.to_string())
     }
 
+    /// The message does not say its field, or the last part of it, again.
+    fn assert_names_its_field_once(err: &ConfigError) {
+        let last = err.field.rsplit(['.', '[']).next().unwrap_or(&err.field);
+        assert!(!err.message.contains(&format!("{last}:")), "the field is named twice: {err}");
+        assert!(!err.message.contains(&err.field), "the field is named twice: {err}");
+    }
+
     #[test]
     fn the_example_gpu_host_config_is_valid() {
         let config = Config::parse(include_str!("../../config/gpu-host.toml")).unwrap();
@@ -672,14 +696,25 @@ pub(crate) mod tests {
                 "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\ndeadline_ms = 100\nadaptive = { max_rate = 5 }",
                 "class[2].rate",
             ),
-            ("[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\ndeadline_ms = -5", "class[2]"),
-            ("[control]\ncut_floor = 2", "control"),
+            (
+                "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\ndeadline_ms = -5",
+                "class[2].deadline_ms",
+            ),
+            (
+                "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\nprior = { service_p95_ms = -1 }",
+                "class[2].prior.service_p95_ms",
+            ),
+            ("[control]\ncut_floor = 2", "control.cut_floor/cut_ceiling"),
+            ("[control]\ntick_ms = 0", "control.tick_ms"),
+            ("[control.gate]\nkv_cache_fraction = 2", "control.gate.kv_cache_fraction"),
+            ("[estimator]\nslices = 0", "estimator.slices"),
         ];
         for (extra, field) in rows {
             let text = format!("{BASE}\n{extra}");
             let config = Config::parse(&text).unwrap();
             let err = config.plan().err().or_else(|| config.control().err()).expect("refused");
-            assert!(err.field.starts_with(field), "expected {field}, got: {err}");
+            assert_eq!(err.field, field, "{err}");
+            assert_names_its_field_once(&err);
         }
     }
 
@@ -790,8 +825,10 @@ pub(crate) mod tests {
             ("[[rule]]\nclass = \"web\"\ndscp = 99", "rule[2].dscp"),
         ];
         for (extra, field) in rows {
-            let err = plan_of(extra).unwrap_err();
-            assert!(err.starts_with(&format!("{field}:")), "expected {field}, got: {err}");
+            let text = format!("{BASE}\n{extra}");
+            let err = Config::parse(&text).unwrap().plan().unwrap_err();
+            assert_eq!(err.field, field, "{err}");
+            assert_names_its_field_once(&err);
         }
     }
 
