@@ -9,7 +9,7 @@ use std::{collections::BTreeMap, path::Path};
 use anyhow::{Context as _, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader, Pod,
-    maps::{Array, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues, lpm_trie::Key},
+    maps::{Array, LpmTrie, Map, MapData, MapError, PerCpuArray, PerCpuValues, lpm_trie::Key},
     programs::{
         ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode,
         links::{FdLink, PinnedLink},
@@ -31,7 +31,7 @@ use crate::{
     clock::{coarse_tick_ns, monotonic_ns},
     config::Plan,
     fastpath::{
-        AttachKind, Attachment, ClassSnapshot, Fastpath, Snapshot, TenantSnapshot,
+        AttachKind, Attachment, ClassSnapshot, Fastpath, FastpathError, Snapshot, TenantSnapshot,
         slots::{Placement, SlotOwners, SlotWrite, left_slots, slot_writes},
     },
     lock::ExclusiveLock,
@@ -124,12 +124,23 @@ enum NewLink {
     Tc(SchedClassifierLinkId),
 }
 
-fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut Map> {
-    ebpf.map_mut(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
+fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Map, FastpathError> {
+    ebpf.map_mut(name).ok_or(FastpathError::MissingMap(name))
 }
 
-fn map<'a>(ebpf: &'a Ebpf, name: &str) -> anyhow::Result<&'a Map> {
-    ebpf.map(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
+fn map<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<&'a Map, FastpathError> {
+    ebpf.map(name).ok_or(FastpathError::MissingMap(name))
+}
+
+/// Names the map an aya map error came from.
+trait OnMap<T> {
+    fn on(self, map: &'static str) -> Result<T, FastpathError>;
+}
+
+impl<T> OnMap<T> for Result<T, MapError> {
+    fn on(self, map: &'static str) -> Result<T, FastpathError> {
+        self.map_err(|error| FastpathError::Map { map, error })
+    }
 }
 
 impl Datapath {
@@ -341,13 +352,13 @@ impl Datapath {
     }
 
     /// After taking pinned maps over, the first apply starts from what they hold.
-    fn apply_plan(&mut self, plan: &Plan) -> anyhow::Result<()> {
+    fn apply_plan(&mut self, plan: &Plan) -> Result<(), FastpathError> {
         let applied = self.applied.take();
         let first = applied.is_none();
         let previous = match applied {
             Some(applied) => applied,
             None if self.pinning.as_ref().is_some_and(|p| p.taken_over) => {
-                inherit::pinned_contents(&self.ebpf).context("reading the pinned maps back")?
+                inherit::pinned_contents(&self.ebpf).map_err(|e| FastpathError::Inherit(Box::new(e)))?
             }
             None => Placement::empty(),
         };
@@ -366,7 +377,7 @@ impl Datapath {
     /// points at a slot that holds the class it names in the old plan or in
     /// the new one: a new class's slot is written before any rule points at
     /// it, and a leaving class's slot is cleared only once no rule does.
-    fn write_plan(&mut self, first: bool, previous: &Placement, plan: &Placement) -> anyhow::Result<()> {
+    fn write_plan(&mut self, first: bool, previous: &Placement, plan: &Placement) -> Result<(), FastpathError> {
         let (old, new) = (&previous.plan, &plan.plan);
         self.write_slots::<ClassConfig, ClassCounters>(
             &CLASS_MAPS,
@@ -381,17 +392,18 @@ impl Datapath {
             |tenant| tenant,
         )?;
         let ebpf = &mut self.ebpf;
-        sync_lpm(map_mut(ebpf, names::SRC_V4)?, &old.src_v4, &new.src_v4)?;
-        sync_lpm(map_mut(ebpf, names::SRC_V6)?, &old.src_v6, &new.src_v6)?;
-        sync_array(map_mut(ebpf, names::DST_PORTS)?, &old.dst_ports, &new.dst_ports)?;
-        sync_array(map_mut(ebpf, names::DSCP_IN)?, &old.dscp, &new.dscp)?;
-        sync_lpm(map_mut(ebpf, names::TENANT_V4)?, &old.tenant_v4, &new.tenant_v4)?;
-        sync_lpm(map_mut(ebpf, names::TENANT_V6)?, &old.tenant_v6, &new.tenant_v6)?;
+        sync_lpm(ebpf, names::SRC_V4, &old.src_v4, &new.src_v4)?;
+        sync_lpm(ebpf, names::SRC_V6, &old.src_v6, &new.src_v6)?;
+        sync_array(ebpf, names::DST_PORTS, &old.dst_ports, &new.dst_ports)?;
+        sync_array(ebpf, names::DSCP_IN, &old.dscp, &new.dscp)?;
+        sync_lpm(ebpf, names::TENANT_V4, &old.tenant_v4, &new.tenant_v4)?;
+        sync_lpm(ebpf, names::TENANT_V6, &old.tenant_v6, &new.tenant_v6)?;
         // After the rules, so the rule-presence flags never point at rules
         // not yet written, and the default class is already in its slot.
         if first || old.global != new.global {
-            let mut global: Array<_, GlobalConfig> = Array::try_from(map_mut(ebpf, names::GLOBAL)?)?;
-            global.set(0, new.global, 0)?;
+            let mut global: Array<_, GlobalConfig> =
+                Array::try_from(map_mut(ebpf, names::GLOBAL)?).on(names::GLOBAL)?;
+            global.set(0, new.global, 0).on(names::GLOBAL)?;
         }
         self.clear_left_slots::<ClassConfig>(&CLASS_MAPS, &previous.owners, &plan.owners)?;
         self.clear_left_slots::<BucketParams>(&TENANT_MAPS, &previous.tenant_owners, &plan.tenant_owners)
@@ -405,37 +417,40 @@ impl Datapath {
         (previous, old_owners): (&[C], &SlotOwners),
         (plan, owners): (&[C], &SlotOwners),
         bucket_of: fn(&C) -> &BucketParams,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), FastpathError> {
         let changed = slot_writes((previous, old_owners), (plan, owners));
         let now = monotonic_ns();
         let mut tats = Vec::new();
         {
-            let buckets: Array<_, u64> = Array::try_from(map(&self.ebpf, maps.buckets)?)?;
+            let buckets: Array<_, u64> = Array::try_from(map(&self.ebpf, maps.buckets)?).on(maps.buckets)?;
             for write in &changed {
-                if let Some(tat) = write.new_tat(buckets.get(&write.slot, 0)?, now, bucket_of) {
+                if let Some(tat) = write.new_tat(buckets.get(&write.slot, 0).on(maps.buckets)?, now, bucket_of) {
                     tats.push((write.slot, tat));
                 }
             }
         }
         let fresh: Vec<u32> = changed.iter().filter(|write| write.is_fresh()).map(|write| write.slot).collect();
         if !fresh.is_empty() {
-            let mut counters: PerCpuArray<_, K> = PerCpuArray::try_from(map_mut(&mut self.ebpf, maps.counters)?)?;
-            let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow!("{what}: {e}"))?;
+            let mut counters: PerCpuArray<_, K> =
+                PerCpuArray::try_from(map_mut(&mut self.ebpf, maps.counters)?).on(maps.counters)?;
+            let cpus = aya::util::nr_cpus().map_err(|(what, error)| FastpathError::PerCpu { what, error })?;
             for slot in &fresh {
-                counters.set(*slot, PerCpuValues::try_from(vec![K::default(); cpus])?, 0)?;
+                let zeros = PerCpuValues::try_from(vec![K::default(); cpus])
+                    .map_err(|error| FastpathError::PerCpu { what: "zeroed counters", error })?;
+                counters.set(*slot, zeros, 0).on(maps.counters)?;
             }
         }
-        let mut buckets: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.buckets)?)?;
+        let mut buckets: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.buckets)?).on(maps.buckets)?;
         for (slot, tat) in tats {
-            buckets.set(slot, tat, 0)?;
+            buckets.set(slot, tat, 0).on(maps.buckets)?;
         }
-        let mut configs: Array<_, C> = Array::try_from(map_mut(&mut self.ebpf, maps.configs)?)?;
+        let mut configs: Array<_, C> = Array::try_from(map_mut(&mut self.ebpf, maps.configs)?).on(maps.configs)?;
         for SlotWrite { slot, new, .. } in &changed {
-            configs.set(*slot, *new, 0)?;
+            configs.set(*slot, *new, 0).on(maps.configs)?;
         }
-        let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.ids)?)?;
+        let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.ids)?).on(maps.ids)?;
         for slot in fresh {
-            ids.set(slot, owners.get(slot), 0)?;
+            ids.set(slot, owners.get(slot), 0).on(maps.ids)?;
         }
         Ok(())
     }
@@ -446,18 +461,18 @@ impl Datapath {
         maps: &SlotMaps,
         old_owners: &SlotOwners,
         owners: &SlotOwners,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), FastpathError> {
         let left = left_slots(old_owners, owners);
         if left.is_empty() {
             return Ok(());
         }
-        let mut configs: Array<_, C> = Array::try_from(map_mut(&mut self.ebpf, maps.configs)?)?;
+        let mut configs: Array<_, C> = Array::try_from(map_mut(&mut self.ebpf, maps.configs)?).on(maps.configs)?;
         for slot in &left {
-            configs.set(*slot, C::default(), 0)?;
+            configs.set(*slot, C::default(), 0).on(maps.configs)?;
         }
-        let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.ids)?)?;
+        let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.ids)?).on(maps.ids)?;
         for slot in left {
-            ids.set(slot, 0, 0)?;
+            ids.set(slot, 0, 0).on(maps.ids)?;
         }
         Ok(())
     }
@@ -468,17 +483,17 @@ impl Datapath {
         &self,
         maps: &SlotMaps,
         slots: impl Iterator<Item = (u32, String, BucketParams)>,
-    ) -> anyhow::Result<Vec<Snapshot<K>>> {
-        let counters: PerCpuArray<_, K> = PerCpuArray::try_from(map(&self.ebpf, maps.counters)?)?;
-        let tats: Array<_, u64> = Array::try_from(map(&self.ebpf, maps.buckets)?)?;
+    ) -> Result<Vec<Snapshot<K>>, FastpathError> {
+        let counters: PerCpuArray<_, K> = PerCpuArray::try_from(map(&self.ebpf, maps.counters)?).on(maps.counters)?;
+        let tats: Array<_, u64> = Array::try_from(map(&self.ebpf, maps.buckets)?).on(maps.buckets)?;
         let now = monotonic_ns();
         slots
             .map(|(slot, name, bucket)| {
                 let mut total = K::default();
-                for cpu in counters.get(&slot, 0)?.iter() {
+                for cpu in counters.get(&slot, 0).on(maps.counters)?.iter() {
                     total.add(cpu);
                 }
-                let tat = tats.get(&slot, 0)?;
+                let tat = tats.get(&slot, 0).on(maps.buckets)?;
                 Ok(Snapshot {
                     name,
                     counters: total,
@@ -492,11 +507,11 @@ impl Datapath {
 
 impl Fastpath for Datapath {
     /// Writes only what differs from the last plan applied.
-    fn apply(&mut self, plan: &Plan) -> anyhow::Result<()> {
+    fn apply(&mut self, plan: &Plan) -> Result<(), FastpathError> {
         self.apply_plan(plan)
     }
 
-    fn class_snapshots(&self) -> anyhow::Result<Vec<ClassSnapshot>> {
+    fn class_snapshots(&self) -> Result<Vec<ClassSnapshot>, FastpathError> {
         let Some(applied) = &self.applied else { return Ok(Vec::new()) };
         let classes = &applied.plan;
         let slots = applied
@@ -506,7 +521,7 @@ impl Fastpath for Datapath {
         self.snapshots(&CLASS_MAPS, slots)
     }
 
-    fn tenant_snapshots(&self) -> anyhow::Result<Vec<TenantSnapshot>> {
+    fn tenant_snapshots(&self) -> Result<Vec<TenantSnapshot>, FastpathError> {
         let Some(applied) = &self.applied else { return Ok(Vec::new()) };
         let tenants = &applied.plan;
         let slots = applied
@@ -517,20 +532,25 @@ impl Fastpath for Datapath {
     }
 
     /// Summed over CPUs.
-    fn pass_counters(&self) -> anyhow::Result<Vec<(PassReason, u64)>> {
-        let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map(&self.ebpf, names::PASS_COUNTERS)?)?;
-        PassReason::ALL.iter().map(|reason| Ok((*reason, counters.get(&(*reason as u32), 0)?.iter().sum()))).collect()
+    fn pass_counters(&self) -> Result<Vec<(PassReason, u64)>, FastpathError> {
+        let name = names::PASS_COUNTERS;
+        let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map(&self.ebpf, name)?).on(name)?;
+        PassReason::ALL
+            .iter()
+            .map(|reason| Ok((*reason, counters.get(&(*reason as u32), 0).on(name)?.iter().sum())))
+            .collect()
     }
 
-    fn write_heartbeat(&mut self, now_ns: u64) -> anyhow::Result<()> {
-        let mut heartbeat: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, names::HEARTBEAT)?)?;
-        heartbeat.set(0, now_ns, 0)?;
-        Ok(())
+    fn write_heartbeat(&mut self, now_ns: u64) -> Result<(), FastpathError> {
+        let name = names::HEARTBEAT;
+        let mut heartbeat: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, name)?).on(name)?;
+        heartbeat.set(0, now_ns, 0).on(name)
     }
 
-    fn heartbeat(&self) -> anyhow::Result<u64> {
-        let heartbeat: Array<_, u64> = Array::try_from(map(&self.ebpf, names::HEARTBEAT)?)?;
-        Ok(heartbeat.get(&0, 0)?)
+    fn heartbeat(&self) -> Result<u64, FastpathError> {
+        let name = names::HEARTBEAT;
+        let heartbeat: Array<_, u64> = Array::try_from(map(&self.ebpf, name)?).on(name)?;
+        heartbeat.get(&0, 0).on(name)
     }
 
     fn placed(&self) -> Option<Plan> {
@@ -621,18 +641,19 @@ fn has_tcx() -> bool {
 
 /// Brings an array map indexed by a small key from `old` to `new`.
 fn sync_array<K: Copy + Into<u32> + Ord>(
-    map: &mut Map,
+    ebpf: &mut Ebpf,
+    name: &'static str,
     old: &BTreeMap<K, RuleTarget>,
     new: &BTreeMap<K, RuleTarget>,
-) -> anyhow::Result<()> {
-    let mut array: Array<_, RuleTarget> = Array::try_from(map)?;
+) -> Result<(), FastpathError> {
+    let mut array: Array<_, RuleTarget> = Array::try_from(map_mut(ebpf, name)?).on(name)?;
     for (key, target) in new {
         if old.get(key) != Some(target) {
-            array.set((*key).into(), *target, 0)?;
+            array.set((*key).into(), *target, 0).on(name)?;
         }
     }
     for key in old.keys().filter(|k| !new.contains_key(k)) {
-        array.set((*key).into(), 0, 0)?;
+        array.set((*key).into(), 0, 0).on(name)?;
     }
     Ok(())
 }
@@ -644,33 +665,34 @@ fn sync_array<K: Copy + Into<u32> + Ord>(
 /// first, once every new entry is in (a stale entry left never hides a
 /// longer stale one already gone).
 fn sync_lpm<A: Pod + Ord>(
-    map: &mut Map,
+    ebpf: &mut Ebpf,
+    name: &'static str,
     old: &BTreeMap<(u32, A), RuleTarget>,
     new: &BTreeMap<(u32, A), RuleTarget>,
-) -> anyhow::Result<()> {
-    let mut trie: LpmTrie<_, A, RuleTarget> = LpmTrie::try_from(map)?;
+) -> Result<(), FastpathError> {
+    let mut trie: LpmTrie<_, A, RuleTarget> = LpmTrie::try_from(map_mut(ebpf, name)?).on(name)?;
     let stale: Vec<_> = old.keys().filter(|k| !new.contains_key(k)).collect();
     let full = old.len() + new.keys().filter(|k| !old.contains_key(k)).count() > MAX_CIDR_RULES as usize;
     if full {
         // Both sets together do not fit; stale entries must go first (inserting
         // first fails with ENOSPC), and for a moment an address they matched
         // may fall through to a lower-precedence rule.
-        remove_lpm(&mut trie, &stale)?;
+        remove_lpm(&mut trie, &stale).on(name)?;
     }
     // BTreeMap order is shortest prefix first: reversed, longest first.
     for ((len, addr), target) in new.iter().rev() {
         if old.get(&(*len, *addr)) != Some(target) {
-            trie.insert(&Key::new(*len, *addr), *target, 0)?;
+            trie.insert(&Key::new(*len, *addr), *target, 0).on(name)?;
         }
     }
     if !full {
-        remove_lpm(&mut trie, &stale)?;
+        remove_lpm(&mut trie, &stale).on(name)?;
     }
     Ok(())
 }
 
 /// Removes `keys`, in the order given.
-fn remove_lpm<A: Pod>(trie: &mut LpmTrie<&mut MapData, A, RuleTarget>, keys: &[&(u32, A)]) -> anyhow::Result<()> {
+fn remove_lpm<A: Pod>(trie: &mut LpmTrie<&mut MapData, A, RuleTarget>, keys: &[&(u32, A)]) -> Result<(), MapError> {
     for (len, addr) in keys {
         trie.remove(&Key::new(*len, *addr))?;
     }
