@@ -113,7 +113,7 @@ impl Drop for Pinning {
             && !self.attached
             && let Err(e) = self.dir.remove()
         {
-            warn!("removing {} after a failed start: {e:#}", self.dir.path().display());
+            warn!("removing {} after a failed start: {e}", self.dir.path().display());
         }
     }
 }

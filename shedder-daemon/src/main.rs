@@ -92,7 +92,7 @@ struct PinArgs {
 
 impl PinArgs {
     fn dir(&self, iface: &str) -> anyhow::Result<Option<PinDir>> {
-        (!self.no_pin).then(|| PinDir::new(&self.pin_root, iface)).transpose()
+        Ok((!self.no_pin).then(|| PinDir::new(&self.pin_root, iface)).transpose()?)
     }
 }
 
