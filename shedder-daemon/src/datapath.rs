@@ -1,12 +1,12 @@
 //! The eBPF fast path from user space: load it, attach it, program its maps
 //! from a [`Plan`], and read its counters back.
 
+mod error;
 mod inherit;
 mod xdp_query;
 
 use std::{collections::BTreeMap, path::Path};
 
-use anyhow::{Context as _, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader, Pod,
     maps::{Array, LpmTrie, Map, MapData, MapError, PerCpuArray, PerCpuValues, lpm_trie::Key},
@@ -16,7 +16,6 @@ use aya::{
         tc::{self, SchedClassifierLink, SchedClassifierLinkId},
         xdp::{XdpLink, XdpLinkId},
     },
-    sys::SyscallError,
     util::KernelVersion,
 };
 use shedder_common::{
@@ -37,6 +36,8 @@ use crate::{
     lock::ExclusiveLock,
     pin::{PINNED_MAPS, PinDir},
 };
+
+pub use self::error::{AttachError, LoadError};
 
 /// The object built from `shedder-ebpf` by this crate's build script.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/shedder"));
@@ -146,8 +147,8 @@ impl<T> OnMap<T> for Result<T, MapError> {
 impl Datapath {
     /// Loads both programs into the kernel (the verifier checks them now),
     /// with maps of their own that go when this does.
-    pub fn load() -> anyhow::Result<Self> {
-        let ebpf = Ebpf::load(OBJECT).context("loading the shedder eBPF object")?;
+    pub fn load() -> Result<Self, LoadError> {
+        let ebpf = Ebpf::load(OBJECT).map_err(|error| LoadError::Object { dir: None, error: Box::new(error) })?;
         Self::load_programs(ebpf, None)
     }
 
@@ -155,18 +156,13 @@ impl Datapath {
     /// where there are none, for attaching as `kind`. Maps a previous run left
     /// keep their state; maps laid out for another version, or a link of
     /// another kind, are refused before anything is loaded or written.
-    pub fn load_pinned(dir: PinDir, kind: AttachKind) -> anyhow::Result<Self> {
+    pub fn load_pinned(dir: PinDir, kind: AttachKind) -> Result<Self, LoadError> {
         let created = dir.prepare()?;
         let lock = dir.lock()?;
         if let Some((attachment, path)) = dir.pinned_link()
             && attachment.kind() != kind
         {
-            bail!(
-                "{} holds a {attachment} link but --attach {} was asked; run `shedder detach --iface {}` first",
-                path.display(),
-                kind.name(),
-                dir.iface()
-            );
+            return Err(LoadError::OtherLinkKind { path, pinned: attachment, asked: kind.name(), iface: dir.iface() });
         }
         dir.check_layout(OBJECT)?;
         let taken_over = dir.holds_maps();
@@ -177,23 +173,24 @@ impl Datapath {
         }
         // From here on, dropping `pinning` removes a directory this run made.
         let pinning = Pinning { dir, _lock: lock, taken_over, created, attached: false, link_pinned: false };
-        let ebpf = loader.load(OBJECT).with_context(|| {
-            format!("loading the shedder eBPF object with maps in {}", pinning.dir.path().display())
+        let ebpf = loader.load(OBJECT).map_err(|error| LoadError::Object {
+            dir: Some(pinning.dir.path().to_path_buf()),
+            error: Box::new(error),
         })?;
         Self::load_programs(ebpf, Some(pinning))
     }
 
-    fn load_programs(mut ebpf: Ebpf, pinning: Option<Pinning>) -> anyhow::Result<Self> {
-        let xdp: &mut Xdp = ebpf.program_mut(programs::XDP).context("no XDP program")?.try_into()?;
-        xdp.load().map_err(explain_old_kernel).context("loading the XDP program (verifier)")?;
-        let tc: &mut SchedClassifier = ebpf.program_mut(programs::TC).context("no TC program")?.try_into()?;
-        tc.load().map_err(explain_old_kernel).context("loading the TC program (verifier)")?;
+    fn load_programs(mut ebpf: Ebpf, pinning: Option<Pinning>) -> Result<Self, LoadError> {
+        let xdp: &mut Xdp = program_mut(&mut ebpf, programs::XDP)?;
+        xdp.load().map_err(load_error(programs::XDP))?;
+        let tc: &mut SchedClassifier = program_mut(&mut ebpf, programs::TC)?;
+        tc.load().map_err(load_error(programs::TC))?;
         Ok(Self { ebpf, applied: None, pinning, coarse_tick_ns: coarse_tick_ns() })
     }
 
     /// Starts forwarding the fast path's rare diagnostics to the `log` crate.
-    pub fn take_logger(&mut self) -> anyhow::Result<aya_log::EbpfLogger<&'static dyn log::Log>> {
-        aya_log::EbpfLogger::init(&mut self.ebpf).context("setting up the eBPF log ring")
+    pub fn take_logger(&mut self) -> Result<aya_log::EbpfLogger<&'static dyn log::Log>, LoadError> {
+        aya_log::EbpfLogger::init(&mut self.ebpf).map_err(|error| LoadError::Logger(Box::new(error)))
     }
 
     pub fn xdp(&self) -> &Xdp {
@@ -208,7 +205,7 @@ impl Datapath {
     /// generic. When pinned, a link a previous run left gets this program
     /// swapped in atomically (the interface is never without one), and a new
     /// link is pinned, where the hook has one.
-    pub fn attach(&mut self, iface: &str, kind: AttachKind) -> anyhow::Result<Attachment> {
+    pub fn attach(&mut self, iface: &str, kind: AttachKind) -> Result<Attachment, AttachError> {
         // load_pinned made sure a pinned link is of the kind asked.
         if let Some((attachment, path)) = self.pinning.as_ref().and_then(|p| p.dir.pinned_link()) {
             match self.take_over_link(attachment, &path) {
@@ -217,11 +214,11 @@ impl Datapath {
                     return Ok(self.attached(attachment, true));
                 }
                 // The interface it was attached to is gone (deleted, or made anew).
-                Err(e) if is_defunct(&e) => {
+                Err(e) if e.is_defunct_link() => {
                     warn!(link = %path.display(), "the pinned link's interface is gone; attaching anew");
-                    std::fs::remove_file(&path).with_context(|| format!("unpinning {}", path.display()))?;
+                    std::fs::remove_file(&path).map_err(|error| AttachError::Unpin { path: path.clone(), error })?;
                 }
-                Err(e) => return Err(e.context(format!("taking over the link pinned at {}", path.display()))),
+                Err(e) => return Err(e),
             }
         }
         let (attachment, link) = self.attach_new(iface, kind)?;
@@ -255,30 +252,28 @@ impl Datapath {
         self.pinning.as_ref().filter(|p| p.link_pinned).map(|p| p.dir.path())
     }
 
-    fn xdp_mut(&mut self) -> anyhow::Result<&mut Xdp> {
-        Ok(self.ebpf.program_mut(programs::XDP).context("no XDP program")?.try_into()?)
+    fn xdp_mut(&mut self) -> &mut Xdp {
+        self.ebpf.program_mut(programs::XDP).and_then(|p| p.try_into().ok()).expect("loaded in load()")
     }
 
-    fn tc_mut(&mut self) -> anyhow::Result<&mut SchedClassifier> {
-        Ok(self.ebpf.program_mut(programs::TC).context("no TC program")?.try_into()?)
+    fn tc_mut(&mut self) -> &mut SchedClassifier {
+        self.ebpf.program_mut(programs::TC).and_then(|p| p.try_into().ok()).expect("loaded in load()")
     }
 
-    fn attach_new(&mut self, iface: &str, kind: AttachKind) -> anyhow::Result<(Attachment, NewLink)> {
+    fn attach_new(&mut self, iface: &str, kind: AttachKind) -> Result<(Attachment, NewLink), AttachError> {
         match kind {
             AttachKind::Xdp => {
-                let xdp = self.xdp_mut()?;
+                let xdp = self.xdp_mut();
                 match xdp.attach(iface, XdpMode::Driver) {
                     Ok(id) => Ok((Attachment::XdpNative, NewLink::Xdp(id))),
                     Err(native) => {
                         let id = xdp.attach(iface, XdpMode::Skb).map_err(|generic| match other_xdp_program(iface) {
-                            Some(id) => anyhow!(
-                                "another XDP program is attached to {iface} (id {id}); detach it first \
-                                     (`ip link set dev {iface} xdp off`, or `shedder detach` if it is a pinned \
-                                     shedder), or use --attach tc"
-                            ),
-                            None => anyhow!(generic).context(format!(
-                                "attaching XDP to {iface}: native mode failed ({native}), generic mode too"
-                            )),
+                            Some(id) => AttachError::OtherXdpProgram { iface: iface.to_string(), id },
+                            None => AttachError::Xdp {
+                                iface: iface.to_string(),
+                                native: Box::new(native),
+                                generic: Box::new(generic),
+                            },
                         })?;
                         Ok((Attachment::XdpGeneric, NewLink::Xdp(id)))
                     }
@@ -289,12 +284,9 @@ impl Datapath {
                 // would each charge every SYN (a pinned one is taken over
                 // through its link instead, and never gets here).
                 if let Some(id) = shedder_on_tcx(iface) {
-                    bail!(
-                        "another shedder program is attached to {iface}'s TC ingress (id {id}); stop its daemon \
-                         (or `shedder detach --iface {iface}` if it is pinned) first"
-                    );
+                    return Err(AttachError::OtherShedderTc { iface: iface.to_string(), id });
                 }
-                let prog = self.tc_mut()?;
+                let prog = self.tc_mut();
                 // aya picks TCX on kernels >= 6.6; older ones need a clsact qdisc.
                 match prog.attach(iface, TcAttachType::Ingress) {
                     Ok(id) if has_tcx() => Ok((Attachment::Tcx, NewLink::Tc(id))),
@@ -303,7 +295,11 @@ impl Datapath {
                         if let Err(e) = tc::qdisc_add_clsact(iface)
                             && !matches!(&e, tc::TcError::AlreadyAttached)
                         {
-                            return Err(anyhow!("attaching TC to {iface}: {first}; adding clsact: {e}"));
+                            return Err(AttachError::Clsact {
+                                iface: iface.to_string(),
+                                first: Box::new(first),
+                                clsact: Box::new(e),
+                            });
                         }
                         let id = prog
                             .attach_with_options(
@@ -311,7 +307,11 @@ impl Datapath {
                                 TcAttachType::Ingress,
                                 tc::TcAttachOptions::Netlink(Default::default()),
                             )
-                            .with_context(|| format!("attaching TC to {iface} (after {first})"))?;
+                            .map_err(|error| AttachError::Tc {
+                                iface: iface.to_string(),
+                                first: Box::new(first),
+                                error: Box::new(error),
+                            })?;
                         Ok((Attachment::TcClsact, NewLink::Tc(id)))
                     }
                 }
@@ -321,32 +321,36 @@ impl Datapath {
 
     /// Pins a new link. From then on the pin is its only reference: the
     /// program stays attached after this process exits, until `shedder detach`.
-    fn pin_link(&mut self, link: NewLink, path: &Path) -> anyhow::Result<()> {
+    fn pin_link(&mut self, link: NewLink, path: &Path) -> Result<(), AttachError> {
         let link: FdLink = match link {
-            NewLink::Xdp(id) => self.xdp_mut()?.take_link(id)?.try_into()?,
-            NewLink::Tc(id) => self.tc_mut()?.take_link(id)?.try_into()?,
+            NewLink::Xdp(id) => self.xdp_mut().take_link(id)?.try_into()?,
+            NewLink::Tc(id) => self.tc_mut().take_link(id)?.try_into()?,
         };
-        link.pin(path).with_context(|| format!("pinning the link at {}", path.display()))?;
+        link.pin(path).map_err(|error| AttachError::PinLink { path: path.to_path_buf(), error })?;
         Ok(())
     }
 
     /// Swaps this program into a pinned link with one `bpf_link_update`, then
     /// lets go of it: as with [`Self::pin_link`], the pin stays its only
     /// reference, so `shedder detach` works the same whichever run attached.
-    fn take_over_link(&mut self, attachment: Attachment, path: &Path) -> anyhow::Result<()> {
-        let link = FdLink::from(PinnedLink::from_pin(path)?);
+    fn take_over_link(&mut self, attachment: Attachment, path: &Path) -> Result<(), AttachError> {
+        let pinned = PinnedLink::from_pin(path)
+            .map_err(|error| AttachError::OpenPinnedLink { path: path.to_path_buf(), error: Box::new(error) })?;
+        let link = FdLink::from(pinned);
+        let take_over =
+            |error: ProgramError| AttachError::TakeOver { path: path.to_path_buf(), error: Box::new(error) };
         match attachment {
             Attachment::XdpNative | Attachment::XdpGeneric => {
-                let xdp = self.xdp_mut()?;
-                let id = xdp.attach_to_link(XdpLink::try_from(link)?)?;
+                let xdp = self.xdp_mut();
+                let id = xdp.attach_to_link(XdpLink::try_from(link)?).map_err(take_over)?;
                 drop(xdp.take_link(id)?);
             }
             Attachment::Tcx => {
-                let tc = self.tc_mut()?;
-                let id = tc.attach_to_link(SchedClassifierLink::try_from(link)?)?;
+                let tc = self.tc_mut();
+                let id = tc.attach_to_link(SchedClassifierLink::try_from(link)?).map_err(take_over)?;
                 drop(tc.take_link(id)?);
             }
-            Attachment::TcClsact => bail!("a clsact attachment has no link to take over"),
+            Attachment::TcClsact => return Err(AttachError::NoLinkToTakeOver(path.to_path_buf())),
         }
         Ok(())
     }
@@ -579,10 +583,10 @@ pub struct PassProgram {
 }
 
 impl PassProgram {
-    pub fn load() -> anyhow::Result<Self> {
-        let mut ebpf = Ebpf::load(OBJECT).context("loading the shedder eBPF object")?;
-        let prog: &mut Xdp = ebpf.program_mut(programs::PASS).context("no pass program")?.try_into()?;
-        prog.load()?;
+    pub fn load() -> Result<Self, LoadError> {
+        let mut ebpf = Ebpf::load(OBJECT).map_err(|error| LoadError::Object { dir: None, error: Box::new(error) })?;
+        let prog: &mut Xdp = program_mut(&mut ebpf, programs::PASS)?;
+        prog.load().map_err(load_error(programs::PASS))?;
         Ok(Self { ebpf })
     }
 
@@ -591,9 +595,11 @@ impl PassProgram {
     }
 
     /// Attaches in native mode; detached when `self` drops.
-    pub fn attach(&mut self, iface: &str) -> anyhow::Result<()> {
-        let prog: &mut Xdp = self.ebpf.program_mut(programs::PASS).context("no pass program")?.try_into()?;
-        prog.attach(iface, XdpMode::Driver).with_context(|| format!("attaching XDP_PASS to {iface}"))?;
+    pub fn attach(&mut self, iface: &str) -> Result<(), AttachError> {
+        let prog: &mut Xdp =
+            self.ebpf.program_mut(programs::PASS).and_then(|p| p.try_into().ok()).expect("loaded in load()");
+        prog.attach(iface, XdpMode::Driver)
+            .map_err(|error| AttachError::PassProgram { iface: iface.to_string(), error: Box::new(error) })?;
         Ok(())
     }
 }
@@ -603,23 +609,27 @@ impl PassProgram {
 /// "BPF_STX uses reserved fields").
 const OLDEST_KERNEL: (u8, u8) = (5, 12);
 
-/// Puts the kernel floor in front of a verifier refusal on an older kernel.
-fn explain_old_kernel(error: aya::programs::ProgramError) -> anyhow::Error {
-    let (major, minor) = OLDEST_KERNEL;
-    match KernelVersion::current() {
-        Ok(running) if running < KernelVersion::new(major, minor, 0) => anyhow::Error::new(error).context(format!(
-            "shedder needs Linux {major}.{minor} or newer (BPF atomic compare-and-exchange); this kernel is {running}"
-        )),
-        _ => error.into(),
-    }
+/// A program of the object, as its type.
+fn program_mut<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, LoadError>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    let program = ebpf.program_mut(name).ok_or(LoadError::MissingProgram(name))?;
+    program.try_into().map_err(|error| LoadError::Program { program: name, error: Box::new(error) })
 }
 
-/// Whether a link update failed because the link's interface no longer exists.
-fn is_defunct(error: &anyhow::Error) -> bool {
-    matches!(
-        error.downcast_ref::<ProgramError>(),
-        Some(ProgramError::SyscallError(SyscallError { io_error, .. })) if io_error.raw_os_error() == Some(libc::ENOLINK)
-    )
+/// A failed load of `program`, with the kernel floor in front of a verifier
+/// refusal on an older kernel.
+fn load_error(program: &'static str) -> impl Fn(ProgramError) -> LoadError {
+    move |error| {
+        let floor = OLDEST_KERNEL;
+        match KernelVersion::current() {
+            Ok(running) if running < KernelVersion::new(floor.0, floor.1, 0) => {
+                LoadError::OldKernel { floor, running, program, error: Box::new(error) }
+            }
+            _ => LoadError::Program { program, error: Box::new(error) },
+        }
+    }
 }
 
 /// The id of an XDP program already on `iface`, when there is one.
