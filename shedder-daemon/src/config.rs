@@ -4,7 +4,11 @@
 //! Validation is complete before anything is written, and every error names
 //! the field at fault, so a bad file changes nothing.
 
-use std::{collections::BTreeMap, fmt, path::Path};
+use std::{
+    collections::BTreeMap,
+    fmt,
+    path::{Path, PathBuf},
+};
 
 use crate::{
     control::{Budget, ClassPolicy, ControlParams, Controller, Tier, safety},
@@ -13,7 +17,6 @@ use crate::{
     telemetry::scrape::ScrapeTarget,
     tenant::{TenantSpec, add_tenants, share::TenantPolicy},
 };
-use anyhow::Context as _;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use shedder_common::{
@@ -28,14 +31,38 @@ pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A regular file's text, refused past [`MAX_FILE_BYTES`] (checked while
 /// reading too, for a file that grows).
-fn read_bounded(path: &Path) -> anyhow::Result<String> {
+fn read_bounded(path: &Path) -> Result<String, ConfigFileError> {
     use std::io::Read as _;
-    let file = std::fs::File::open(path)?;
-    anyhow::ensure!(file.metadata()?.is_file(), "not a regular file");
+    let unreadable = |error| ConfigFileError::Read { path: path.to_path_buf(), error };
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    if !file.metadata().map_err(unreadable)?.is_file() {
+        return Err(ConfigFileError::NotAFile(path.to_path_buf()));
+    }
     let mut text = String::new();
-    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)?;
-    anyhow::ensure!(text.len() as u64 <= MAX_FILE_BYTES, "larger than {} MiB", MAX_FILE_BYTES >> 20);
+    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text).map_err(unreadable)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(ConfigFileError::TooLarge(path.to_path_buf()));
+    }
     Ok(text)
+}
+
+/// A config that could not be read or parsed (validation errors are
+/// [`ConfigError`]s).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    #[error("reading config {}: {error}", path.display())]
+    Read { path: PathBuf, error: std::io::Error },
+    #[error("reading config {}: not a regular file", .0.display())]
+    NotAFile(PathBuf),
+    #[error("reading config {}: larger than {} MiB", .0.display(), MAX_FILE_BYTES >> 20)]
+    TooLarge(PathBuf),
+    /// Syntax and type errors, with toml's line and column.
+    #[error("{}invalid config: {error}", in_file(.path))]
+    Syntax { path: Option<PathBuf>, error: Box<toml::de::Error> },
+}
+
+fn in_file(path: &Option<PathBuf>) -> String {
+    path.as_ref().map_or_else(String::new, |path| format!("in {}: ", path.display()))
 }
 
 /// The configuration shipped inside the binary, used when no file is given.
@@ -360,14 +387,15 @@ impl Config {
     }
 
     /// Parses TOML; syntax and type errors carry toml's line and column.
-    pub fn parse(text: &str) -> anyhow::Result<Self> {
-        toml::from_str(text).map_err(|e| anyhow::anyhow!("invalid config: {e}"))
+    pub fn parse(text: &str) -> Result<Self, ConfigFileError> {
+        toml::from_str(text).map_err(|error| ConfigFileError::Syntax { path: None, error: Box::new(error) })
     }
 
     /// Reads a regular file of at most [`MAX_FILE_BYTES`].
-    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        let text = read_bounded(path).with_context(|| format!("reading config {}", path.display()))?;
-        Self::parse(&text).with_context(|| format!("in {}", path.display()))
+    pub fn from_file(path: &Path) -> Result<Self, ConfigFileError> {
+        let text = read_bounded(path)?;
+        toml::from_str(&text)
+            .map_err(|error| ConfigFileError::Syntax { path: Some(path.to_path_buf()), error: Box::new(error) })
     }
 
     pub fn embedded_default() -> Self {

@@ -107,7 +107,7 @@ fn parse_period(text: &str) -> Result<Duration, String> {
 
 fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
     match path {
-        Some(path) => Config::from_file(path),
+        Some(path) => Ok(Config::from_file(path)?),
         None => Ok(Config::embedded_default()),
     }
 }
