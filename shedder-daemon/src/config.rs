@@ -4,7 +4,11 @@
 //! Validation is complete before anything is written, and every error names
 //! the field at fault, so a bad file changes nothing.
 
-use std::{collections::BTreeMap, fmt, path::Path};
+use std::{
+    collections::BTreeMap,
+    fmt,
+    path::{Path, PathBuf},
+};
 
 use crate::{
     control::{Budget, ClassPolicy, ControlParams, Controller, Tier, safety},
@@ -13,7 +17,6 @@ use crate::{
     telemetry::scrape::ScrapeTarget,
     tenant::{TenantSpec, add_tenants, share::TenantPolicy},
 };
-use anyhow::Context as _;
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use shedder_common::{
@@ -28,14 +31,38 @@ pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// A regular file's text, refused past [`MAX_FILE_BYTES`] (checked while
 /// reading too, for a file that grows).
-fn read_bounded(path: &Path) -> anyhow::Result<String> {
+fn read_bounded(path: &Path) -> Result<String, ConfigFileError> {
     use std::io::Read as _;
-    let file = std::fs::File::open(path)?;
-    anyhow::ensure!(file.metadata()?.is_file(), "not a regular file");
+    let unreadable = |error| ConfigFileError::Read { path: path.to_path_buf(), error };
+    let file = std::fs::File::open(path).map_err(unreadable)?;
+    if !file.metadata().map_err(unreadable)?.is_file() {
+        return Err(ConfigFileError::NotAFile(path.to_path_buf()));
+    }
     let mut text = String::new();
-    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text)?;
-    anyhow::ensure!(text.len() as u64 <= MAX_FILE_BYTES, "larger than {} MiB", MAX_FILE_BYTES >> 20);
+    file.take(MAX_FILE_BYTES + 1).read_to_string(&mut text).map_err(unreadable)?;
+    if text.len() as u64 > MAX_FILE_BYTES {
+        return Err(ConfigFileError::TooLarge(path.to_path_buf()));
+    }
     Ok(text)
+}
+
+/// A config that could not be read or parsed (validation errors are
+/// [`ConfigError`]s).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigFileError {
+    #[error("reading config {}: {error}", path.display())]
+    Read { path: PathBuf, error: std::io::Error },
+    #[error("reading config {}: not a regular file", .0.display())]
+    NotAFile(PathBuf),
+    #[error("reading config {}: larger than {} MiB", .0.display(), MAX_FILE_BYTES >> 20)]
+    TooLarge(PathBuf),
+    /// Syntax and type errors, with toml's line and column.
+    #[error("{}invalid config: {error}", in_file(.path))]
+    Syntax { path: Option<PathBuf>, error: Box<toml::de::Error> },
+}
+
+fn in_file(path: &Option<PathBuf>) -> String {
+    path.as_ref().map_or_else(String::new, |path| format!("in {}: ", path.display()))
 }
 
 /// The configuration shipped inside the binary, used when no file is given.
@@ -360,14 +387,15 @@ impl Config {
     }
 
     /// Parses TOML; syntax and type errors carry toml's line and column.
-    pub fn parse(text: &str) -> anyhow::Result<Self> {
-        toml::from_str(text).map_err(|e| anyhow::anyhow!("invalid config: {e}"))
+    pub fn parse(text: &str) -> Result<Self, ConfigFileError> {
+        toml::from_str(text).map_err(|error| ConfigFileError::Syntax { path: None, error: Box::new(error) })
     }
 
     /// Reads a regular file of at most [`MAX_FILE_BYTES`].
-    pub fn from_file(path: &Path) -> anyhow::Result<Self> {
-        let text = read_bounded(path).with_context(|| format!("reading config {}", path.display()))?;
-        Self::parse(&text).with_context(|| format!("in {}", path.display()))
+    pub fn from_file(path: &Path) -> Result<Self, ConfigFileError> {
+        let text = read_bounded(path)?;
+        toml::from_str(&text)
+            .map_err(|error| ConfigFileError::Syntax { path: Some(path.to_path_buf()), error: Box::new(error) })
     }
 
     pub fn embedded_default() -> Self {
@@ -452,21 +480,20 @@ impl Config {
                 let prior = class.prior.clone().unwrap_or_default();
                 let typical = prior.service_p50_ms.unwrap_or(prior.service_p95_ms);
                 safety::check_configured(safety_ms, deadline_ms, typical, self.control.safety_max_fraction)
-                    .map_err(|message| ConfigError { field: field("safety_ms"), message: after_field(message) })?;
+                    .map_err(|message| self.nested(&format!("class[{i}]"), &message))?;
             }
             // Checked alone first, so a bad policy is pinned on its class.
             Controller::new(ControlParams::default(), [(class.name.clone(), policy.clone())].into())
-                .map_err(|e| ConfigError { field: format!("class[{i}]"), message: e.to_string() })?;
+                .map_err(|e| self.nested(&format!("class[{i}]"), &e.to_string()))?;
             policies.insert(class.name.clone(), policy);
         }
         let estimators = Estimators::new(self.estimator.clone(), priors.clone())
-            .map_err(|e| ConfigError { field: "estimator".into(), message: e.to_string() })?;
+            .map_err(|e| self.nested("estimator", &e.to_string()))?;
         if self.backend.workers == Some(0) {
             return fail("backend.workers", "must be at least 1 (the requests the backend serves at once)");
         }
         let params = ControlParams { workers: self.backend.workers.map(f64::from), ..self.control.clone() };
-        let controller = Controller::new(params, policies)
-            .map_err(|e| ConfigError { field: "control".into(), message: e.to_string() })?;
+        let controller = Controller::new(params, policies).map_err(|e| self.nested("control", &e.to_string()))?;
         for (i, target) in self.scrapes.iter().enumerate() {
             target.validate().map_err(|e| ConfigError { field: format!("scrape[{i}]"), message: format!("{e:#}") })?;
             for (model, class) in &target.models {
@@ -507,10 +534,28 @@ impl Config {
     }
 }
 
-/// A message that starts with its own field name (`safety_ms: …`), for a
-/// [`ConfigError`] that names the field in full already.
-fn after_field(message: String) -> String {
-    message.split_once(": ").map_or(message.clone(), |(_, rest)| rest.to_string())
+impl Config {
+    /// A validator's `path: message` as a [`ConfigError`] under `scope`, with
+    /// the field named once: `control.tick_ms: must be …`, not `control:
+    /// control.tick_ms: …`. A message about one class (`class "web" …`)
+    /// goes under that class's index.
+    fn nested(&self, scope: &str, message: &str) -> ConfigError {
+        let by_class = self.classes.iter().enumerate().find_map(|(i, class)| {
+            message.strip_prefix(&format!("class {:?} ", class.name)).map(|rest| (format!("class[{i}]"), rest))
+        });
+        let (scope, message) = by_class.unwrap_or_else(|| (scope.to_string(), message));
+        match message.split_once(": ") {
+            Some((path, rest)) if !path.is_empty() && !path.contains(char::is_whitespace) => {
+                let field = if path == scope || path.starts_with(&format!("{scope}.")) {
+                    path.to_string()
+                } else {
+                    format!("{scope}.{path}")
+                };
+                ConfigError { field, message: rest.to_string() }
+            }
+            _ => ConfigError { field: scope, message: message.to_string() },
+        }
+    }
 }
 
 /// Converts tokens to milli-tokens, refusing values the fixed point cannot hold.
@@ -651,6 +696,13 @@ pub(crate) mod tests {
         Config::parse(&text).map_err(|e| format!("{e:#}"))?.plan().map_err(|e| e.to_string())
     }
 
+    /// The message does not say its field, or the last part of it, again.
+    fn assert_names_its_field_once(err: &ConfigError) {
+        let last = err.field.rsplit(['.', '[']).next().unwrap_or(&err.field);
+        assert!(!err.message.contains(&format!("{last}:")), "the field is named twice: {err}");
+        assert!(!err.message.contains(&err.field), "the field is named twice: {err}");
+    }
+
     #[test]
     fn the_example_gpu_host_config_is_valid() {
         let config = Config::parse(include_str!("../../config/gpu-host.toml")).unwrap();
@@ -672,14 +724,25 @@ pub(crate) mod tests {
                 "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\ndeadline_ms = 100\nadaptive = { max_rate = 5 }",
                 "class[2].rate",
             ),
-            ("[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\ndeadline_ms = -5", "class[2]"),
-            ("[control]\ncut_floor = 2", "control"),
+            (
+                "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\ndeadline_ms = -5",
+                "class[2].deadline_ms",
+            ),
+            (
+                "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\nprior = { service_p95_ms = -1 }",
+                "class[2].prior.service_p95_ms",
+            ),
+            ("[control]\ncut_floor = 2", "control.cut_floor/cut_ceiling"),
+            ("[control]\ntick_ms = 0", "control.tick_ms"),
+            ("[control.gate]\nkv_cache_fraction = 2", "control.gate.kv_cache_fraction"),
+            ("[estimator]\nslices = 0", "estimator.slices"),
         ];
         for (extra, field) in rows {
             let text = format!("{BASE}\n{extra}");
             let config = Config::parse(&text).unwrap();
             let err = config.plan().err().or_else(|| config.control().err()).expect("refused");
-            assert!(err.field.starts_with(field), "expected {field}, got: {err}");
+            assert_eq!(err.field, field, "{err}");
+            assert_names_its_field_once(&err);
         }
     }
 
@@ -790,8 +853,10 @@ pub(crate) mod tests {
             ("[[rule]]\nclass = \"web\"\ndscp = 99", "rule[2].dscp"),
         ];
         for (extra, field) in rows {
-            let err = plan_of(extra).unwrap_err();
-            assert!(err.starts_with(&format!("{field}:")), "expected {field}, got: {err}");
+            let text = format!("{BASE}\n{extra}");
+            let err = Config::parse(&text).unwrap().plan().unwrap_err();
+            assert_eq!(err.field, field, "{err}");
+            assert_names_its_field_once(&err);
         }
     }
 

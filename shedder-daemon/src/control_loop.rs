@@ -19,9 +19,9 @@ use tracing::warn;
 use crate::{
     admit::ledger::AdmissionLedger,
     config::{ControlSetup, Plan, to_milli},
-    control::{Controller, Decision, DecisionLog, TickInputs},
-    estimate::Estimators,
-    fastpath::Fastpath,
+    control::{Controller, Decision, DecisionLog, InvalidControl, TickInputs},
+    estimate::{Estimators, InvalidParams},
+    fastpath::{Fastpath, FastpathError},
     metrics::Distributions,
     telemetry::{ClassObservations, Observation, gpu::GpuSource, samples::SampleInbox},
     tenant::share::{ConfiguredShares, TenantLoad, TenantPolicy, TenantShares, lend},
@@ -118,7 +118,7 @@ impl ControlLoop {
     /// has validated (so the reconfigurations below cannot refuse it): the estimators and the
     /// controller are reconfigured in place, so classes that stay keep what
     /// they learnt, and the maps take the new plan.
-    pub fn reconfigure(&mut self, plan: Plan, setup: ControlSetup) -> anyhow::Result<()> {
+    pub fn reconfigure(&mut self, plan: Plan, setup: ControlSetup) -> Result<(), ControlLoopError> {
         self.controller.reconfigure(setup.controller.params().clone(), setup.controller.policies().clone())?;
         self.estimators.reconfigure(setup.estimators.params().clone(), setup.priors)?;
         self.plan = plan;
@@ -145,7 +145,7 @@ impl ControlLoop {
 
     /// One controller tick. Returns the budget changes it made (each already
     /// logged), after writing them to the maps.
-    pub fn tick(&mut self, now: Duration, heartbeat_ns: u64) -> anyhow::Result<Vec<Decision>> {
+    pub fn tick(&mut self, now: Duration, heartbeat_ns: u64) -> Result<Vec<Decision>, ControlLoopError> {
         let pushed = self.inbox.drain();
         self.observe(now, &pushed);
         let refused: Vec<ClassObservations> = self
@@ -185,7 +185,7 @@ impl ControlLoop {
 
     /// Sets each tenant's bucket rate in the plan from its share and what the
     /// tenants offered ([`lend`]); true when a rate changed.
-    fn lend_tenant_rates(&mut self, now: Duration) -> anyhow::Result<bool> {
+    fn lend_tenant_rates(&mut self, now: Duration) -> Result<bool, ControlLoopError> {
         if self.tenants.is_empty() {
             return Ok(false);
         }
@@ -209,12 +209,9 @@ impl ControlLoop {
             })
             .collect();
         let shares = self.shares.shares(&loads);
-        anyhow::ensure!(
-            shares.len() == loads.len(),
-            "the tenant share source gave {} shares for {} tenants",
-            shares.len(),
-            loads.len()
-        );
+        if shares.len() != loads.len() {
+            return Err(ControlLoopError::ShareCount { shares: shares.len(), tenants: loads.len() });
+        }
         let weights: Vec<f64> = loads.iter().map(|t| t.weight).collect();
         let demand: Vec<Option<f64>> = loads.iter().map(|t| t.offered).collect();
         let borrows: Vec<bool> = loads.iter().map(|t| self.shares.may_borrow(&t.name)).collect();
@@ -231,7 +228,7 @@ impl ControlLoop {
 
     /// Takes the tenants' shares again at once, between ticks (a fleet
     /// whose shares changed must have them in force before it confirms).
-    pub fn retake_tenant_shares(&mut self, now: Duration) -> anyhow::Result<()> {
+    pub fn retake_tenant_shares(&mut self, now: Duration) -> Result<(), ControlLoopError> {
         if self.lend_tenant_rates(now)? {
             self.publish_rates()?;
         }
@@ -240,15 +237,28 @@ impl ControlLoop {
 
     /// Writes the controller's rates into the plan and the maps (which only
     /// change where a rate did).
-    fn publish_rates(&mut self) -> anyhow::Result<()> {
+    fn publish_rates(&mut self) -> Result<(), ControlLoopError> {
         for (slot, name) in self.plan.class_names.iter().enumerate() {
             let Some(rate) = self.controller.rate(name) else { continue };
             let class = &mut self.plan.classes[slot];
             let old = class.bucket;
             class.bucket = BucketParams::new(to_milli(rate), old.burst_milli, old.cost_milli);
         }
-        self.fastpath.apply(&self.plan)
+        Ok(self.fastpath.apply(&self.plan)?)
     }
+}
+
+/// Why a tick, or a reconfiguration, of the control loop failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ControlLoopError {
+    #[error(transparent)]
+    Fastpath(#[from] FastpathError),
+    #[error(transparent)]
+    Control(#[from] InvalidControl),
+    #[error(transparent)]
+    Estimator(#[from] InvalidParams),
+    #[error("the tenant share source gave {shares} shares for {tenants} tenants")]
+    ShareCount { shares: usize, tenants: usize },
 }
 
 /// Per-class rates (per second) of a growing counter, from its snapshots.

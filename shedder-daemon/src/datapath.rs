@@ -1,22 +1,21 @@
 //! The eBPF fast path from user space: load it, attach it, program its maps
 //! from a [`Plan`], and read its counters back.
 
+mod error;
 mod inherit;
 mod xdp_query;
 
 use std::{collections::BTreeMap, path::Path};
 
-use anyhow::{Context as _, anyhow, bail};
 use aya::{
     Ebpf, EbpfLoader, Pod,
-    maps::{Array, LpmTrie, Map, MapData, PerCpuArray, PerCpuValues, lpm_trie::Key},
+    maps::{Array, LpmTrie, Map, MapData, MapError, PerCpuArray, PerCpuValues, lpm_trie::Key},
     programs::{
         ProgramError, SchedClassifier, TcAttachType, Xdp, XdpMode,
         links::{FdLink, PinnedLink},
         tc::{self, SchedClassifierLink, SchedClassifierLinkId},
         xdp::{XdpLink, XdpLinkId},
     },
-    sys::SyscallError,
     util::KernelVersion,
 };
 use shedder_common::{
@@ -31,12 +30,14 @@ use crate::{
     clock::{coarse_tick_ns, monotonic_ns},
     config::Plan,
     fastpath::{
-        AttachKind, Attachment, ClassSnapshot, Fastpath, Snapshot, TenantSnapshot,
+        AttachKind, Attachment, ClassSnapshot, Fastpath, FastpathError, Snapshot, TenantSnapshot,
         slots::{Placement, SlotOwners, SlotWrite, left_slots, slot_writes},
     },
     lock::ExclusiveLock,
     pin::{PINNED_MAPS, PinDir},
 };
+
+pub use self::error::{AttachError, LoadError};
 
 /// The object built from `shedder-ebpf` by this crate's build script.
 static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/shedder"));
@@ -113,7 +114,7 @@ impl Drop for Pinning {
             && !self.attached
             && let Err(e) = self.dir.remove()
         {
-            warn!("removing {} after a failed start: {e:#}", self.dir.path().display());
+            warn!("removing {} after a failed start: {e}", self.dir.path().display());
         }
     }
 }
@@ -124,19 +125,30 @@ enum NewLink {
     Tc(SchedClassifierLinkId),
 }
 
-fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &str) -> anyhow::Result<&'a mut Map> {
-    ebpf.map_mut(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
+fn map_mut<'a>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut Map, FastpathError> {
+    ebpf.map_mut(name).ok_or(FastpathError::MissingMap(name))
 }
 
-fn map<'a>(ebpf: &'a Ebpf, name: &str) -> anyhow::Result<&'a Map> {
-    ebpf.map(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))
+fn map<'a>(ebpf: &'a Ebpf, name: &'static str) -> Result<&'a Map, FastpathError> {
+    ebpf.map(name).ok_or(FastpathError::MissingMap(name))
+}
+
+/// Names the map an aya map error came from.
+trait OnMap<T> {
+    fn on(self, map: &'static str) -> Result<T, FastpathError>;
+}
+
+impl<T> OnMap<T> for Result<T, MapError> {
+    fn on(self, map: &'static str) -> Result<T, FastpathError> {
+        self.map_err(|error| FastpathError::Map { map, error })
+    }
 }
 
 impl Datapath {
     /// Loads both programs into the kernel (the verifier checks them now),
     /// with maps of their own that go when this does.
-    pub fn load() -> anyhow::Result<Self> {
-        let ebpf = Ebpf::load(OBJECT).context("loading the shedder eBPF object")?;
+    pub fn load() -> Result<Self, LoadError> {
+        let ebpf = Ebpf::load(OBJECT).map_err(|error| LoadError::Object { dir: None, error: Box::new(error) })?;
         Self::load_programs(ebpf, None)
     }
 
@@ -144,18 +156,13 @@ impl Datapath {
     /// where there are none, for attaching as `kind`. Maps a previous run left
     /// keep their state; maps laid out for another version, or a link of
     /// another kind, are refused before anything is loaded or written.
-    pub fn load_pinned(dir: PinDir, kind: AttachKind) -> anyhow::Result<Self> {
+    pub fn load_pinned(dir: PinDir, kind: AttachKind) -> Result<Self, LoadError> {
         let created = dir.prepare()?;
         let lock = dir.lock()?;
         if let Some((attachment, path)) = dir.pinned_link()
             && attachment.kind() != kind
         {
-            bail!(
-                "{} holds a {attachment} link but --attach {} was asked; run `shedder detach --iface {}` first",
-                path.display(),
-                kind.name(),
-                dir.iface()
-            );
+            return Err(LoadError::OtherLinkKind { path, pinned: attachment, asked: kind.name(), iface: dir.iface() });
         }
         dir.check_layout(OBJECT)?;
         let taken_over = dir.holds_maps();
@@ -166,23 +173,24 @@ impl Datapath {
         }
         // From here on, dropping `pinning` removes a directory this run made.
         let pinning = Pinning { dir, _lock: lock, taken_over, created, attached: false, link_pinned: false };
-        let ebpf = loader.load(OBJECT).with_context(|| {
-            format!("loading the shedder eBPF object with maps in {}", pinning.dir.path().display())
+        let ebpf = loader.load(OBJECT).map_err(|error| LoadError::Object {
+            dir: Some(pinning.dir.path().to_path_buf()),
+            error: Box::new(error),
         })?;
         Self::load_programs(ebpf, Some(pinning))
     }
 
-    fn load_programs(mut ebpf: Ebpf, pinning: Option<Pinning>) -> anyhow::Result<Self> {
-        let xdp: &mut Xdp = ebpf.program_mut(programs::XDP).context("no XDP program")?.try_into()?;
-        xdp.load().map_err(explain_old_kernel).context("loading the XDP program (verifier)")?;
-        let tc: &mut SchedClassifier = ebpf.program_mut(programs::TC).context("no TC program")?.try_into()?;
-        tc.load().map_err(explain_old_kernel).context("loading the TC program (verifier)")?;
+    fn load_programs(mut ebpf: Ebpf, pinning: Option<Pinning>) -> Result<Self, LoadError> {
+        let xdp: &mut Xdp = program_mut(&mut ebpf, programs::XDP)?;
+        xdp.load().map_err(load_error(programs::XDP))?;
+        let tc: &mut SchedClassifier = program_mut(&mut ebpf, programs::TC)?;
+        tc.load().map_err(load_error(programs::TC))?;
         Ok(Self { ebpf, applied: None, pinning, coarse_tick_ns: coarse_tick_ns() })
     }
 
     /// Starts forwarding the fast path's rare diagnostics to the `log` crate.
-    pub fn take_logger(&mut self) -> anyhow::Result<aya_log::EbpfLogger<&'static dyn log::Log>> {
-        aya_log::EbpfLogger::init(&mut self.ebpf).context("setting up the eBPF log ring")
+    pub fn take_logger(&mut self) -> Result<aya_log::EbpfLogger<&'static dyn log::Log>, LoadError> {
+        aya_log::EbpfLogger::init(&mut self.ebpf).map_err(|error| LoadError::Logger(Box::new(error)))
     }
 
     pub fn xdp(&self) -> &Xdp {
@@ -197,7 +205,7 @@ impl Datapath {
     /// generic. When pinned, a link a previous run left gets this program
     /// swapped in atomically (the interface is never without one), and a new
     /// link is pinned, where the hook has one.
-    pub fn attach(&mut self, iface: &str, kind: AttachKind) -> anyhow::Result<Attachment> {
+    pub fn attach(&mut self, iface: &str, kind: AttachKind) -> Result<Attachment, AttachError> {
         // load_pinned made sure a pinned link is of the kind asked.
         if let Some((attachment, path)) = self.pinning.as_ref().and_then(|p| p.dir.pinned_link()) {
             match self.take_over_link(attachment, &path) {
@@ -206,11 +214,11 @@ impl Datapath {
                     return Ok(self.attached(attachment, true));
                 }
                 // The interface it was attached to is gone (deleted, or made anew).
-                Err(e) if is_defunct(&e) => {
+                Err(e) if e.is_defunct_link() => {
                     warn!(link = %path.display(), "the pinned link's interface is gone; attaching anew");
-                    std::fs::remove_file(&path).with_context(|| format!("unpinning {}", path.display()))?;
+                    std::fs::remove_file(&path).map_err(|error| AttachError::Unpin { path: path.clone(), error })?;
                 }
-                Err(e) => return Err(e.context(format!("taking over the link pinned at {}", path.display()))),
+                Err(e) => return Err(e),
             }
         }
         let (attachment, link) = self.attach_new(iface, kind)?;
@@ -244,30 +252,28 @@ impl Datapath {
         self.pinning.as_ref().filter(|p| p.link_pinned).map(|p| p.dir.path())
     }
 
-    fn xdp_mut(&mut self) -> anyhow::Result<&mut Xdp> {
-        Ok(self.ebpf.program_mut(programs::XDP).context("no XDP program")?.try_into()?)
+    fn xdp_mut(&mut self) -> &mut Xdp {
+        self.ebpf.program_mut(programs::XDP).and_then(|p| p.try_into().ok()).expect("loaded in load()")
     }
 
-    fn tc_mut(&mut self) -> anyhow::Result<&mut SchedClassifier> {
-        Ok(self.ebpf.program_mut(programs::TC).context("no TC program")?.try_into()?)
+    fn tc_mut(&mut self) -> &mut SchedClassifier {
+        self.ebpf.program_mut(programs::TC).and_then(|p| p.try_into().ok()).expect("loaded in load()")
     }
 
-    fn attach_new(&mut self, iface: &str, kind: AttachKind) -> anyhow::Result<(Attachment, NewLink)> {
+    fn attach_new(&mut self, iface: &str, kind: AttachKind) -> Result<(Attachment, NewLink), AttachError> {
         match kind {
             AttachKind::Xdp => {
-                let xdp = self.xdp_mut()?;
+                let xdp = self.xdp_mut();
                 match xdp.attach(iface, XdpMode::Driver) {
                     Ok(id) => Ok((Attachment::XdpNative, NewLink::Xdp(id))),
                     Err(native) => {
                         let id = xdp.attach(iface, XdpMode::Skb).map_err(|generic| match other_xdp_program(iface) {
-                            Some(id) => anyhow!(
-                                "another XDP program is attached to {iface} (id {id}); detach it first \
-                                     (`ip link set dev {iface} xdp off`, or `shedder detach` if it is a pinned \
-                                     shedder), or use --attach tc"
-                            ),
-                            None => anyhow!(generic).context(format!(
-                                "attaching XDP to {iface}: native mode failed ({native}), generic mode too"
-                            )),
+                            Some(id) => AttachError::OtherXdpProgram { iface: iface.to_string(), id },
+                            None => AttachError::Xdp {
+                                iface: iface.to_string(),
+                                native: Box::new(native),
+                                generic: Box::new(generic),
+                            },
                         })?;
                         Ok((Attachment::XdpGeneric, NewLink::Xdp(id)))
                     }
@@ -278,12 +284,9 @@ impl Datapath {
                 // would each charge every SYN (a pinned one is taken over
                 // through its link instead, and never gets here).
                 if let Some(id) = shedder_on_tcx(iface) {
-                    bail!(
-                        "another shedder program is attached to {iface}'s TC ingress (id {id}); stop its daemon \
-                         (or `shedder detach --iface {iface}` if it is pinned) first"
-                    );
+                    return Err(AttachError::OtherShedderTc { iface: iface.to_string(), id });
                 }
-                let prog = self.tc_mut()?;
+                let prog = self.tc_mut();
                 // aya picks TCX on kernels >= 6.6; older ones need a clsact qdisc.
                 match prog.attach(iface, TcAttachType::Ingress) {
                     Ok(id) if has_tcx() => Ok((Attachment::Tcx, NewLink::Tc(id))),
@@ -292,7 +295,11 @@ impl Datapath {
                         if let Err(e) = tc::qdisc_add_clsact(iface)
                             && !matches!(&e, tc::TcError::AlreadyAttached)
                         {
-                            return Err(anyhow!("attaching TC to {iface}: {first}; adding clsact: {e}"));
+                            return Err(AttachError::Clsact {
+                                iface: iface.to_string(),
+                                first: Box::new(first),
+                                clsact: Box::new(e),
+                            });
                         }
                         let id = prog
                             .attach_with_options(
@@ -300,7 +307,11 @@ impl Datapath {
                                 TcAttachType::Ingress,
                                 tc::TcAttachOptions::Netlink(Default::default()),
                             )
-                            .with_context(|| format!("attaching TC to {iface} (after {first})"))?;
+                            .map_err(|error| AttachError::Tc {
+                                iface: iface.to_string(),
+                                first: Box::new(first),
+                                error: Box::new(error),
+                            })?;
                         Ok((Attachment::TcClsact, NewLink::Tc(id)))
                     }
                 }
@@ -310,44 +321,48 @@ impl Datapath {
 
     /// Pins a new link. From then on the pin is its only reference: the
     /// program stays attached after this process exits, until `shedder detach`.
-    fn pin_link(&mut self, link: NewLink, path: &Path) -> anyhow::Result<()> {
+    fn pin_link(&mut self, link: NewLink, path: &Path) -> Result<(), AttachError> {
         let link: FdLink = match link {
-            NewLink::Xdp(id) => self.xdp_mut()?.take_link(id)?.try_into()?,
-            NewLink::Tc(id) => self.tc_mut()?.take_link(id)?.try_into()?,
+            NewLink::Xdp(id) => self.xdp_mut().take_link(id)?.try_into()?,
+            NewLink::Tc(id) => self.tc_mut().take_link(id)?.try_into()?,
         };
-        link.pin(path).with_context(|| format!("pinning the link at {}", path.display()))?;
+        link.pin(path).map_err(|error| AttachError::PinLink { path: path.to_path_buf(), error })?;
         Ok(())
     }
 
     /// Swaps this program into a pinned link with one `bpf_link_update`, then
     /// lets go of it: as with [`Self::pin_link`], the pin stays its only
     /// reference, so `shedder detach` works the same whichever run attached.
-    fn take_over_link(&mut self, attachment: Attachment, path: &Path) -> anyhow::Result<()> {
-        let link = FdLink::from(PinnedLink::from_pin(path)?);
+    fn take_over_link(&mut self, attachment: Attachment, path: &Path) -> Result<(), AttachError> {
+        let pinned = PinnedLink::from_pin(path)
+            .map_err(|error| AttachError::OpenPinnedLink { path: path.to_path_buf(), error: Box::new(error) })?;
+        let link = FdLink::from(pinned);
+        let take_over =
+            |error: ProgramError| AttachError::TakeOver { path: path.to_path_buf(), error: Box::new(error) };
         match attachment {
             Attachment::XdpNative | Attachment::XdpGeneric => {
-                let xdp = self.xdp_mut()?;
-                let id = xdp.attach_to_link(XdpLink::try_from(link)?)?;
+                let xdp = self.xdp_mut();
+                let id = xdp.attach_to_link(XdpLink::try_from(link)?).map_err(take_over)?;
                 drop(xdp.take_link(id)?);
             }
             Attachment::Tcx => {
-                let tc = self.tc_mut()?;
-                let id = tc.attach_to_link(SchedClassifierLink::try_from(link)?)?;
+                let tc = self.tc_mut();
+                let id = tc.attach_to_link(SchedClassifierLink::try_from(link)?).map_err(take_over)?;
                 drop(tc.take_link(id)?);
             }
-            Attachment::TcClsact => bail!("a clsact attachment has no link to take over"),
+            Attachment::TcClsact => return Err(AttachError::NoLinkToTakeOver(path.to_path_buf())),
         }
         Ok(())
     }
 
     /// After taking pinned maps over, the first apply starts from what they hold.
-    fn apply_plan(&mut self, plan: &Plan) -> anyhow::Result<()> {
+    fn apply_plan(&mut self, plan: &Plan) -> Result<(), FastpathError> {
         let applied = self.applied.take();
         let first = applied.is_none();
         let previous = match applied {
             Some(applied) => applied,
             None if self.pinning.as_ref().is_some_and(|p| p.taken_over) => {
-                inherit::pinned_contents(&self.ebpf).context("reading the pinned maps back")?
+                inherit::pinned_contents(&self.ebpf).map_err(|e| FastpathError::Inherit(Box::new(e)))?
             }
             None => Placement::empty(),
         };
@@ -366,7 +381,7 @@ impl Datapath {
     /// points at a slot that holds the class it names in the old plan or in
     /// the new one: a new class's slot is written before any rule points at
     /// it, and a leaving class's slot is cleared only once no rule does.
-    fn write_plan(&mut self, first: bool, previous: &Placement, plan: &Placement) -> anyhow::Result<()> {
+    fn write_plan(&mut self, first: bool, previous: &Placement, plan: &Placement) -> Result<(), FastpathError> {
         let (old, new) = (&previous.plan, &plan.plan);
         self.write_slots::<ClassConfig, ClassCounters>(
             &CLASS_MAPS,
@@ -381,17 +396,18 @@ impl Datapath {
             |tenant| tenant,
         )?;
         let ebpf = &mut self.ebpf;
-        sync_lpm(map_mut(ebpf, names::SRC_V4)?, &old.src_v4, &new.src_v4)?;
-        sync_lpm(map_mut(ebpf, names::SRC_V6)?, &old.src_v6, &new.src_v6)?;
-        sync_array(map_mut(ebpf, names::DST_PORTS)?, &old.dst_ports, &new.dst_ports)?;
-        sync_array(map_mut(ebpf, names::DSCP_IN)?, &old.dscp, &new.dscp)?;
-        sync_lpm(map_mut(ebpf, names::TENANT_V4)?, &old.tenant_v4, &new.tenant_v4)?;
-        sync_lpm(map_mut(ebpf, names::TENANT_V6)?, &old.tenant_v6, &new.tenant_v6)?;
+        sync_lpm(ebpf, names::SRC_V4, &old.src_v4, &new.src_v4)?;
+        sync_lpm(ebpf, names::SRC_V6, &old.src_v6, &new.src_v6)?;
+        sync_array(ebpf, names::DST_PORTS, &old.dst_ports, &new.dst_ports)?;
+        sync_array(ebpf, names::DSCP_IN, &old.dscp, &new.dscp)?;
+        sync_lpm(ebpf, names::TENANT_V4, &old.tenant_v4, &new.tenant_v4)?;
+        sync_lpm(ebpf, names::TENANT_V6, &old.tenant_v6, &new.tenant_v6)?;
         // After the rules, so the rule-presence flags never point at rules
         // not yet written, and the default class is already in its slot.
         if first || old.global != new.global {
-            let mut global: Array<_, GlobalConfig> = Array::try_from(map_mut(ebpf, names::GLOBAL)?)?;
-            global.set(0, new.global, 0)?;
+            let mut global: Array<_, GlobalConfig> =
+                Array::try_from(map_mut(ebpf, names::GLOBAL)?).on(names::GLOBAL)?;
+            global.set(0, new.global, 0).on(names::GLOBAL)?;
         }
         self.clear_left_slots::<ClassConfig>(&CLASS_MAPS, &previous.owners, &plan.owners)?;
         self.clear_left_slots::<BucketParams>(&TENANT_MAPS, &previous.tenant_owners, &plan.tenant_owners)
@@ -405,37 +421,40 @@ impl Datapath {
         (previous, old_owners): (&[C], &SlotOwners),
         (plan, owners): (&[C], &SlotOwners),
         bucket_of: fn(&C) -> &BucketParams,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), FastpathError> {
         let changed = slot_writes((previous, old_owners), (plan, owners));
         let now = monotonic_ns();
         let mut tats = Vec::new();
         {
-            let buckets: Array<_, u64> = Array::try_from(map(&self.ebpf, maps.buckets)?)?;
+            let buckets: Array<_, u64> = Array::try_from(map(&self.ebpf, maps.buckets)?).on(maps.buckets)?;
             for write in &changed {
-                if let Some(tat) = write.new_tat(buckets.get(&write.slot, 0)?, now, bucket_of) {
+                if let Some(tat) = write.new_tat(buckets.get(&write.slot, 0).on(maps.buckets)?, now, bucket_of) {
                     tats.push((write.slot, tat));
                 }
             }
         }
         let fresh: Vec<u32> = changed.iter().filter(|write| write.is_fresh()).map(|write| write.slot).collect();
         if !fresh.is_empty() {
-            let mut counters: PerCpuArray<_, K> = PerCpuArray::try_from(map_mut(&mut self.ebpf, maps.counters)?)?;
-            let cpus = aya::util::nr_cpus().map_err(|(what, e)| anyhow!("{what}: {e}"))?;
+            let mut counters: PerCpuArray<_, K> =
+                PerCpuArray::try_from(map_mut(&mut self.ebpf, maps.counters)?).on(maps.counters)?;
+            let cpus = aya::util::nr_cpus().map_err(|(what, error)| FastpathError::PerCpu { what, error })?;
             for slot in &fresh {
-                counters.set(*slot, PerCpuValues::try_from(vec![K::default(); cpus])?, 0)?;
+                let zeros = PerCpuValues::try_from(vec![K::default(); cpus])
+                    .map_err(|error| FastpathError::PerCpu { what: "zeroed counters", error })?;
+                counters.set(*slot, zeros, 0).on(maps.counters)?;
             }
         }
-        let mut buckets: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.buckets)?)?;
+        let mut buckets: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.buckets)?).on(maps.buckets)?;
         for (slot, tat) in tats {
-            buckets.set(slot, tat, 0)?;
+            buckets.set(slot, tat, 0).on(maps.buckets)?;
         }
-        let mut configs: Array<_, C> = Array::try_from(map_mut(&mut self.ebpf, maps.configs)?)?;
+        let mut configs: Array<_, C> = Array::try_from(map_mut(&mut self.ebpf, maps.configs)?).on(maps.configs)?;
         for SlotWrite { slot, new, .. } in &changed {
-            configs.set(*slot, *new, 0)?;
+            configs.set(*slot, *new, 0).on(maps.configs)?;
         }
-        let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.ids)?)?;
+        let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.ids)?).on(maps.ids)?;
         for slot in fresh {
-            ids.set(slot, owners.get(slot), 0)?;
+            ids.set(slot, owners.get(slot), 0).on(maps.ids)?;
         }
         Ok(())
     }
@@ -446,18 +465,18 @@ impl Datapath {
         maps: &SlotMaps,
         old_owners: &SlotOwners,
         owners: &SlotOwners,
-    ) -> anyhow::Result<()> {
+    ) -> Result<(), FastpathError> {
         let left = left_slots(old_owners, owners);
         if left.is_empty() {
             return Ok(());
         }
-        let mut configs: Array<_, C> = Array::try_from(map_mut(&mut self.ebpf, maps.configs)?)?;
+        let mut configs: Array<_, C> = Array::try_from(map_mut(&mut self.ebpf, maps.configs)?).on(maps.configs)?;
         for slot in &left {
-            configs.set(*slot, C::default(), 0)?;
+            configs.set(*slot, C::default(), 0).on(maps.configs)?;
         }
-        let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.ids)?)?;
+        let mut ids: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, maps.ids)?).on(maps.ids)?;
         for slot in left {
-            ids.set(slot, 0, 0)?;
+            ids.set(slot, 0, 0).on(maps.ids)?;
         }
         Ok(())
     }
@@ -468,17 +487,17 @@ impl Datapath {
         &self,
         maps: &SlotMaps,
         slots: impl Iterator<Item = (u32, String, BucketParams)>,
-    ) -> anyhow::Result<Vec<Snapshot<K>>> {
-        let counters: PerCpuArray<_, K> = PerCpuArray::try_from(map(&self.ebpf, maps.counters)?)?;
-        let tats: Array<_, u64> = Array::try_from(map(&self.ebpf, maps.buckets)?)?;
+    ) -> Result<Vec<Snapshot<K>>, FastpathError> {
+        let counters: PerCpuArray<_, K> = PerCpuArray::try_from(map(&self.ebpf, maps.counters)?).on(maps.counters)?;
+        let tats: Array<_, u64> = Array::try_from(map(&self.ebpf, maps.buckets)?).on(maps.buckets)?;
         let now = monotonic_ns();
         slots
             .map(|(slot, name, bucket)| {
                 let mut total = K::default();
-                for cpu in counters.get(&slot, 0)?.iter() {
+                for cpu in counters.get(&slot, 0).on(maps.counters)?.iter() {
                     total.add(cpu);
                 }
-                let tat = tats.get(&slot, 0)?;
+                let tat = tats.get(&slot, 0).on(maps.buckets)?;
                 Ok(Snapshot {
                     name,
                     counters: total,
@@ -492,11 +511,11 @@ impl Datapath {
 
 impl Fastpath for Datapath {
     /// Writes only what differs from the last plan applied.
-    fn apply(&mut self, plan: &Plan) -> anyhow::Result<()> {
+    fn apply(&mut self, plan: &Plan) -> Result<(), FastpathError> {
         self.apply_plan(plan)
     }
 
-    fn class_snapshots(&self) -> anyhow::Result<Vec<ClassSnapshot>> {
+    fn class_snapshots(&self) -> Result<Vec<ClassSnapshot>, FastpathError> {
         let Some(applied) = &self.applied else { return Ok(Vec::new()) };
         let classes = &applied.plan;
         let slots = applied
@@ -506,7 +525,7 @@ impl Fastpath for Datapath {
         self.snapshots(&CLASS_MAPS, slots)
     }
 
-    fn tenant_snapshots(&self) -> anyhow::Result<Vec<TenantSnapshot>> {
+    fn tenant_snapshots(&self) -> Result<Vec<TenantSnapshot>, FastpathError> {
         let Some(applied) = &self.applied else { return Ok(Vec::new()) };
         let tenants = &applied.plan;
         let slots = applied
@@ -517,20 +536,25 @@ impl Fastpath for Datapath {
     }
 
     /// Summed over CPUs.
-    fn pass_counters(&self) -> anyhow::Result<Vec<(PassReason, u64)>> {
-        let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map(&self.ebpf, names::PASS_COUNTERS)?)?;
-        PassReason::ALL.iter().map(|reason| Ok((*reason, counters.get(&(*reason as u32), 0)?.iter().sum()))).collect()
+    fn pass_counters(&self) -> Result<Vec<(PassReason, u64)>, FastpathError> {
+        let name = names::PASS_COUNTERS;
+        let counters: PerCpuArray<_, u64> = PerCpuArray::try_from(map(&self.ebpf, name)?).on(name)?;
+        PassReason::ALL
+            .iter()
+            .map(|reason| Ok((*reason, counters.get(&(*reason as u32), 0).on(name)?.iter().sum())))
+            .collect()
     }
 
-    fn write_heartbeat(&mut self, now_ns: u64) -> anyhow::Result<()> {
-        let mut heartbeat: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, names::HEARTBEAT)?)?;
-        heartbeat.set(0, now_ns, 0)?;
-        Ok(())
+    fn write_heartbeat(&mut self, now_ns: u64) -> Result<(), FastpathError> {
+        let name = names::HEARTBEAT;
+        let mut heartbeat: Array<_, u64> = Array::try_from(map_mut(&mut self.ebpf, name)?).on(name)?;
+        heartbeat.set(0, now_ns, 0).on(name)
     }
 
-    fn heartbeat(&self) -> anyhow::Result<u64> {
-        let heartbeat: Array<_, u64> = Array::try_from(map(&self.ebpf, names::HEARTBEAT)?)?;
-        Ok(heartbeat.get(&0, 0)?)
+    fn heartbeat(&self) -> Result<u64, FastpathError> {
+        let name = names::HEARTBEAT;
+        let heartbeat: Array<_, u64> = Array::try_from(map(&self.ebpf, name)?).on(name)?;
+        heartbeat.get(&0, 0).on(name)
     }
 
     fn placed(&self) -> Option<Plan> {
@@ -559,10 +583,10 @@ pub struct PassProgram {
 }
 
 impl PassProgram {
-    pub fn load() -> anyhow::Result<Self> {
-        let mut ebpf = Ebpf::load(OBJECT).context("loading the shedder eBPF object")?;
-        let prog: &mut Xdp = ebpf.program_mut(programs::PASS).context("no pass program")?.try_into()?;
-        prog.load()?;
+    pub fn load() -> Result<Self, LoadError> {
+        let mut ebpf = Ebpf::load(OBJECT).map_err(|error| LoadError::Object { dir: None, error: Box::new(error) })?;
+        let prog: &mut Xdp = program_mut(&mut ebpf, programs::PASS)?;
+        prog.load().map_err(load_error(programs::PASS))?;
         Ok(Self { ebpf })
     }
 
@@ -571,9 +595,11 @@ impl PassProgram {
     }
 
     /// Attaches in native mode; detached when `self` drops.
-    pub fn attach(&mut self, iface: &str) -> anyhow::Result<()> {
-        let prog: &mut Xdp = self.ebpf.program_mut(programs::PASS).context("no pass program")?.try_into()?;
-        prog.attach(iface, XdpMode::Driver).with_context(|| format!("attaching XDP_PASS to {iface}"))?;
+    pub fn attach(&mut self, iface: &str) -> Result<(), AttachError> {
+        let prog: &mut Xdp =
+            self.ebpf.program_mut(programs::PASS).and_then(|p| p.try_into().ok()).expect("loaded in load()");
+        prog.attach(iface, XdpMode::Driver)
+            .map_err(|error| AttachError::PassProgram { iface: iface.to_string(), error: Box::new(error) })?;
         Ok(())
     }
 }
@@ -583,23 +609,27 @@ impl PassProgram {
 /// "BPF_STX uses reserved fields").
 const OLDEST_KERNEL: (u8, u8) = (5, 12);
 
-/// Puts the kernel floor in front of a verifier refusal on an older kernel.
-fn explain_old_kernel(error: aya::programs::ProgramError) -> anyhow::Error {
-    let (major, minor) = OLDEST_KERNEL;
-    match KernelVersion::current() {
-        Ok(running) if running < KernelVersion::new(major, minor, 0) => anyhow::Error::new(error).context(format!(
-            "shedder needs Linux {major}.{minor} or newer (BPF atomic compare-and-exchange); this kernel is {running}"
-        )),
-        _ => error.into(),
-    }
+/// A program of the object, as its type.
+fn program_mut<'a, P>(ebpf: &'a mut Ebpf, name: &'static str) -> Result<&'a mut P, LoadError>
+where
+    &'a mut P: TryFrom<&'a mut aya::programs::Program, Error = ProgramError>,
+{
+    let program = ebpf.program_mut(name).ok_or(LoadError::MissingProgram(name))?;
+    program.try_into().map_err(|error| LoadError::Program { program: name, error: Box::new(error) })
 }
 
-/// Whether a link update failed because the link's interface no longer exists.
-fn is_defunct(error: &anyhow::Error) -> bool {
-    matches!(
-        error.downcast_ref::<ProgramError>(),
-        Some(ProgramError::SyscallError(SyscallError { io_error, .. })) if io_error.raw_os_error() == Some(libc::ENOLINK)
-    )
+/// A failed load of `program`, with the kernel floor in front of a verifier
+/// refusal on an older kernel.
+fn load_error(program: &'static str) -> impl Fn(ProgramError) -> LoadError {
+    move |error| {
+        let floor = OLDEST_KERNEL;
+        match KernelVersion::current() {
+            Ok(running) if running < KernelVersion::new(floor.0, floor.1, 0) => {
+                LoadError::OldKernel { floor, running, program, error: Box::new(error) }
+            }
+            _ => LoadError::Program { program, error: Box::new(error) },
+        }
+    }
 }
 
 /// The id of an XDP program already on `iface`, when there is one.
@@ -621,18 +651,19 @@ fn has_tcx() -> bool {
 
 /// Brings an array map indexed by a small key from `old` to `new`.
 fn sync_array<K: Copy + Into<u32> + Ord>(
-    map: &mut Map,
+    ebpf: &mut Ebpf,
+    name: &'static str,
     old: &BTreeMap<K, RuleTarget>,
     new: &BTreeMap<K, RuleTarget>,
-) -> anyhow::Result<()> {
-    let mut array: Array<_, RuleTarget> = Array::try_from(map)?;
+) -> Result<(), FastpathError> {
+    let mut array: Array<_, RuleTarget> = Array::try_from(map_mut(ebpf, name)?).on(name)?;
     for (key, target) in new {
         if old.get(key) != Some(target) {
-            array.set((*key).into(), *target, 0)?;
+            array.set((*key).into(), *target, 0).on(name)?;
         }
     }
     for key in old.keys().filter(|k| !new.contains_key(k)) {
-        array.set((*key).into(), 0, 0)?;
+        array.set((*key).into(), 0, 0).on(name)?;
     }
     Ok(())
 }
@@ -644,33 +675,34 @@ fn sync_array<K: Copy + Into<u32> + Ord>(
 /// first, once every new entry is in (a stale entry left never hides a
 /// longer stale one already gone).
 fn sync_lpm<A: Pod + Ord>(
-    map: &mut Map,
+    ebpf: &mut Ebpf,
+    name: &'static str,
     old: &BTreeMap<(u32, A), RuleTarget>,
     new: &BTreeMap<(u32, A), RuleTarget>,
-) -> anyhow::Result<()> {
-    let mut trie: LpmTrie<_, A, RuleTarget> = LpmTrie::try_from(map)?;
+) -> Result<(), FastpathError> {
+    let mut trie: LpmTrie<_, A, RuleTarget> = LpmTrie::try_from(map_mut(ebpf, name)?).on(name)?;
     let stale: Vec<_> = old.keys().filter(|k| !new.contains_key(k)).collect();
     let full = old.len() + new.keys().filter(|k| !old.contains_key(k)).count() > MAX_CIDR_RULES as usize;
     if full {
         // Both sets together do not fit; stale entries must go first (inserting
         // first fails with ENOSPC), and for a moment an address they matched
         // may fall through to a lower-precedence rule.
-        remove_lpm(&mut trie, &stale)?;
+        remove_lpm(&mut trie, &stale).on(name)?;
     }
     // BTreeMap order is shortest prefix first: reversed, longest first.
     for ((len, addr), target) in new.iter().rev() {
         if old.get(&(*len, *addr)) != Some(target) {
-            trie.insert(&Key::new(*len, *addr), *target, 0)?;
+            trie.insert(&Key::new(*len, *addr), *target, 0).on(name)?;
         }
     }
     if !full {
-        remove_lpm(&mut trie, &stale)?;
+        remove_lpm(&mut trie, &stale).on(name)?;
     }
     Ok(())
 }
 
 /// Removes `keys`, in the order given.
-fn remove_lpm<A: Pod>(trie: &mut LpmTrie<&mut MapData, A, RuleTarget>, keys: &[&(u32, A)]) -> anyhow::Result<()> {
+fn remove_lpm<A: Pod>(trie: &mut LpmTrie<&mut MapData, A, RuleTarget>, keys: &[&(u32, A)]) -> Result<(), MapError> {
     for (len, addr) in keys {
         trie.remove(&Key::new(*len, *addr))?;
     }

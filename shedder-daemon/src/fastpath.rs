@@ -16,7 +16,7 @@ use shedder_common::{
     maps::{ClassCounters, PassReason, TenantCounters},
 };
 
-use crate::config::Plan;
+use crate::{config::Plan, error_chain::ErrorChain};
 
 /// What the control plane asks of a fast path.
 pub trait Fastpath: Send {
@@ -24,23 +24,23 @@ pub trait Fastpath: Send {
     /// bucket and counters for as long as it is configured; a budget change
     /// keeps the tokens it has spent, rescaled to the new rate. A failed
     /// apply leaves the last plan applied as the base for the next.
-    fn apply(&mut self, plan: &Plan) -> anyhow::Result<()>;
+    fn apply(&mut self, plan: &Plan) -> Result<(), FastpathError>;
 
     /// Counters and bucket fill of every configured class.
-    fn class_snapshots(&self) -> anyhow::Result<Vec<ClassSnapshot>>;
+    fn class_snapshots(&self) -> Result<Vec<ClassSnapshot>, FastpathError>;
 
     /// Counters and bucket fill of every configured tenant.
-    fn tenant_snapshots(&self) -> anyhow::Result<Vec<TenantSnapshot>>;
+    fn tenant_snapshots(&self) -> Result<Vec<TenantSnapshot>, FastpathError>;
 
     /// Packets passed uncharged, by reason.
-    fn pass_counters(&self) -> anyhow::Result<Vec<(PassReason, u64)>>;
+    fn pass_counters(&self) -> Result<Vec<(PassReason, u64)>, FastpathError>;
 
     /// Records that the control plane is alive at `now_ns` (CLOCK_MONOTONIC);
     /// without it the fast path fails open.
-    fn write_heartbeat(&mut self, now_ns: u64) -> anyhow::Result<()>;
+    fn write_heartbeat(&mut self, now_ns: u64) -> Result<(), FastpathError>;
 
     /// The last heartbeat written, CLOCK_MONOTONIC ns (0 before the first).
-    fn heartbeat(&self) -> anyhow::Result<u64>;
+    fn heartbeat(&self) -> Result<u64, FastpathError>;
 
     /// The plan as the fast path holds it, if any was applied: classes at
     /// their slots (a free slot is empty and unnamed), rules pointing at slots.
@@ -49,6 +49,22 @@ pub trait Fastpath: Send {
     /// Whether the program is still attached to `iface` as `attachment`;
     /// `None` where that cannot be asked.
     fn attached_to(&self, iface: &str, attachment: Attachment) -> Option<bool>;
+}
+
+/// A fast path's maps could not be read or written. Each message is whole,
+/// causes included.
+#[derive(Debug, thiserror::Error)]
+pub enum FastpathError {
+    #[error("map {0} missing from the eBPF object")]
+    MissingMap(&'static str),
+    #[error("map {map}: {}", ErrorChain(error))]
+    Map { map: &'static str, error: aya::maps::MapError },
+    #[error("map {map}: rule key {index} out of range")]
+    RuleKey { map: &'static str, index: usize },
+    #[error("per-CPU values ({what}): {error}")]
+    PerCpu { what: &'static str, error: std::io::Error },
+    #[error("reading the pinned maps back: {0}")]
+    Inherit(Box<FastpathError>),
 }
 
 /// A class's (or tenant's) counters and bucket, as read back from the fast path.

@@ -17,6 +17,7 @@
 //! * [`metrics`]: Prometheus distributions and the /metrics endpoint.
 //! * [`report`]: the periodic counters log.
 //! * [`hook_watch`]: whether the fast path is still on its interface.
+//! * [`error_chain`]: an error and its causes, for log lines and answers.
 //! * [`lock`]: one daemon per pin directory and per control socket.
 //! * [`listen`]: the listeners' back-off when accepting fails.
 //! * [`privilege`]: the capabilities kept once attached, and dropping the rest.
@@ -31,6 +32,7 @@ pub mod control;
 pub mod control_loop;
 pub mod daemon;
 pub mod datapath;
+pub mod error_chain;
 pub mod estimate;
 pub mod fastpath;
 pub mod fleet;

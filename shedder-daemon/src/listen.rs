@@ -72,7 +72,7 @@ impl AcceptErrors {
 /// Raises the soft limit on open files to [`WANTED_FILES`] where the hard
 /// limit allows (systemd's default soft limit is 1024); returns the limit
 /// now in force.
-pub fn raise_file_limit() -> anyhow::Result<u64> {
+pub fn raise_file_limit() -> nix::Result<u64> {
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
     let wanted = WANTED_FILES.min(hard);

@@ -8,7 +8,17 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use anyhow::{Context as _, bail};
+/// Why a lock was not taken.
+#[derive(Debug, thiserror::Error)]
+pub enum LockError {
+    #[error("opening {} to lock it: {error}", path.display())]
+    Open { path: PathBuf, error: std::io::Error },
+    #[error("locking {}: {error}", path.display())]
+    Lock { path: PathBuf, error: std::io::Error },
+    /// Another process holds it.
+    #[error("{what} is in use by {holder} (it holds the lock on {}): {hint}", path.display())]
+    Held { what: String, holder: String, path: PathBuf, hint: String },
+}
 
 /// Held until dropped.
 #[derive(Debug)]
@@ -20,25 +30,26 @@ pub struct ExclusiveLock {
 impl ExclusiveLock {
     /// Locks `path`, a directory or a file (created when missing), without
     /// waiting. Held elsewhere: fails naming `what`, the holder, and `hint`.
-    pub fn acquire(path: &Path, what: &str, hint: &str) -> anyhow::Result<Self> {
+    pub fn acquire(path: &Path, what: &str, hint: &str) -> Result<Self, LockError> {
         let file = if path.is_dir() {
             File::open(path)
         } else {
             File::options().create(true).truncate(false).write(true).open(path)
         }
-        .with_context(|| format!("opening {} to lock it", path.display()))?;
+        .map_err(|error| LockError::Open { path: path.to_path_buf(), error })?;
         // SAFETY: flock only takes a descriptor this function owns.
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             let error = std::io::Error::last_os_error();
             if error.raw_os_error() != Some(libc::EWOULDBLOCK) {
-                return Err(error).with_context(|| format!("locking {}", path.display()));
+                return Err(LockError::Lock { path: path.to_path_buf(), error });
             }
             let holder = file.metadata().ok().and_then(|meta| holder_of(meta.dev(), meta.ino()));
-            bail!(
-                "{what} is in use by {} (it holds the lock on {}): {hint}",
-                holder.as_deref().unwrap_or("another process"),
-                path.display()
-            );
+            return Err(LockError::Held {
+                what: what.to_string(),
+                holder: holder.unwrap_or_else(|| "another process".to_string()),
+                path: path.to_path_buf(),
+                hint: hint.to_string(),
+            });
         }
         Ok(Self { _file: file, path: path.to_path_buf() })
     }

@@ -92,7 +92,7 @@ struct PinArgs {
 
 impl PinArgs {
     fn dir(&self, iface: &str) -> anyhow::Result<Option<PinDir>> {
-        (!self.no_pin).then(|| PinDir::new(&self.pin_root, iface)).transpose()
+        Ok((!self.no_pin).then(|| PinDir::new(&self.pin_root, iface)).transpose()?)
     }
 }
 
@@ -107,7 +107,7 @@ fn parse_period(text: &str) -> Result<Duration, String> {
 
 fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
     match path {
-        Some(path) => Config::from_file(path),
+        Some(path) => Ok(Config::from_file(path)?),
         None => Ok(Config::embedded_default()),
     }
 }

@@ -6,6 +6,7 @@
 //! a restarted daemon takes the maps over, buckets and counters included.
 //! `shedder detach` removes the directory, and with it the program.
 
+mod error;
 mod link_detach;
 
 use std::{
@@ -13,12 +14,12 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use anyhow::{Context as _, anyhow, bail};
 use aya::maps::MapInfo;
 use nix::sys::statfs::{BPF_FS_MAGIC, statfs};
 use shedder_common::maps::names;
 use tracing::{info, warn};
 
+pub use self::error::PinError;
 use crate::{fastpath::Attachment, lock::ExclusiveLock};
 
 pub const DEFAULT_ROOT: &str = "/sys/fs/bpf/shedder";
@@ -68,9 +69,9 @@ pub struct PinDir {
 
 impl PinDir {
     /// `<root>/<iface>`.
-    pub fn new(root: &Path, iface: &str) -> anyhow::Result<Self> {
+    pub fn new(root: &Path, iface: &str) -> Result<Self, PinError> {
         if iface.is_empty() || iface == "." || iface == ".." || iface.contains('/') {
-            bail!("--iface: {iface:?} is not an interface name");
+            return Err(PinError::NotAnInterface(iface.to_string()));
         }
         Ok(Self { dir: root.join(iface) })
     }
@@ -109,16 +110,12 @@ impl PinDir {
     /// of the daemon's own (`ip netns exec`, containers), where the mount and
     /// every pin in it would end with the daemon: `Ok(false)` then says to run
     /// unpinned.
-    pub fn can_outlive_the_daemon(&self) -> anyhow::Result<bool> {
+    pub fn can_outlive_the_daemon(&self) -> Result<bool, PinError> {
         if on_bpffs(&self.dir)? {
             return Ok(true);
         }
         if !self.dir.starts_with(BPFFS_MOUNT) || is_bpffs(Path::new(BPFFS_MOUNT)) {
-            bail!(
-                "{} is not on a BPF filesystem: mount one (mount -t bpf bpf DIR), choose another --pin-root, or \
-                 run with --no-pin",
-                self.dir.display()
-            );
+            return Err(PinError::NotOnBpffs(self.dir.clone()));
         }
         let namespace = |pid: &str| std::fs::read_link(format!("/proc/{pid}/ns/mnt")).ok();
         if namespace("self") != namespace("1") {
@@ -136,34 +133,35 @@ impl PinDir {
     /// Takes the directory for this process alone: two daemons driving the
     /// same maps and link would undo each other's changes. Refused, naming
     /// the holder, while another process holds it.
-    pub fn lock(&self) -> anyhow::Result<ExclusiveLock> {
-        ExclusiveLock::acquire(
+    pub fn lock(&self) -> Result<ExclusiveLock, PinError> {
+        Ok(ExclusiveLock::acquire(
             &self.dir,
             &format!("the pinned fast path of {}", self.iface()),
             "one daemon per interface; stop that one first (a restart keeps the program attached)",
-        )
+        )?)
     }
 
     /// Makes the directory; returns whether it is new.
-    pub fn prepare(&self) -> anyhow::Result<bool> {
+    pub fn prepare(&self) -> Result<bool, PinError> {
         let new = !self.dir.exists();
-        std::fs::create_dir_all(&self.dir).with_context(|| format!("creating {}", self.dir.display()))?;
+        std::fs::create_dir_all(&self.dir).map_err(|error| PinError::Create { path: self.dir.clone(), error })?;
         Ok(new)
     }
 
     /// Refuses pinned maps that differ from the ones `object` defines: a
     /// program must never run against maps laid out for another version.
-    pub fn check_layout(&self, object: &[u8]) -> anyhow::Result<()> {
-        let object = aya_obj::Object::parse(object).context("parsing the eBPF object")?;
+    pub fn check_layout(&self, object: &[u8]) -> Result<(), PinError> {
+        let object = aya_obj::Object::parse(object).map_err(PinError::Object)?;
         for name in PINNED_MAPS {
             let path = self.map_path(name);
             if !path.exists() {
                 continue;
             }
-            let wanted = object.maps.get(name).ok_or_else(|| anyhow!("map {name} missing from the eBPF object"))?;
-            let pinned = MapInfo::from_pin(&path).with_context(|| format!("opening pinned map {}", path.display()))?;
+            let wanted = object.maps.get(name).ok_or(PinError::MissingMap(name))?;
+            let open_error = |error| PinError::OpenMap { path: path.clone(), error };
+            let pinned = MapInfo::from_pin(&path).map_err(open_error)?;
             let differences = layout_differences(
-                Layout::of_pinned(&pinned)?,
+                Layout::of_pinned(&pinned).map_err(open_error)?,
                 Layout {
                     map_type: wanted.map_type(),
                     key_size: wanted.key_size(),
@@ -173,13 +171,7 @@ impl PinDir {
                 },
             );
             if !differences.is_empty() {
-                bail!(
-                    "pinned map {} was made by another shedder version ({differences}); this one cannot take it \
-                     over. Run `shedder detach --iface {}` first (this detaches the program and drops its \
-                     counters and buckets)",
-                    path.display(),
-                    self.iface()
-                );
+                return Err(PinError::OtherVersion { path, differences, iface: self.iface() });
             }
         }
         Ok(())
@@ -187,7 +179,7 @@ impl PinDir {
 
     /// Detaches the program (done when this returns) and unpins the link,
     /// then the maps, then the directory. `Ok(false)` when nothing was pinned here.
-    pub fn remove(&self) -> anyhow::Result<bool> {
+    pub fn remove(&self) -> Result<bool, PinError> {
         if !self.dir.exists() {
             return Ok(false);
         }
@@ -195,11 +187,11 @@ impl PinDir {
         if let Some((_, path)) = self.pinned_link() {
             if let Err(e) = link_detach::detach_pinned_link(&path) {
                 // Unpinning still detaches it, once the kernel releases the link.
-                warn!("{e:#}; unpinning it instead");
+                warn!("{e}; unpinning it instead");
             }
-            std::fs::remove_file(&path).with_context(|| format!("unpinning {}", path.display()))?;
+            std::fs::remove_file(&path).map_err(|error| PinError::Unpin { path: path.clone(), error })?;
         }
-        std::fs::remove_dir_all(&self.dir).with_context(|| format!("removing {}", self.dir.display()))?;
+        std::fs::remove_dir_all(&self.dir).map_err(|error| PinError::Remove { path: self.dir.clone(), error })?;
         Ok(true)
     }
 }
@@ -215,7 +207,7 @@ struct Layout {
 }
 
 impl Layout {
-    fn of_pinned(info: &MapInfo) -> anyhow::Result<Self> {
+    fn of_pinned(info: &MapInfo) -> Result<Self, aya::maps::MapError> {
         Ok(Self {
             map_type: info.map_type()? as u32,
             key_size: info.key_size(),
@@ -250,12 +242,12 @@ fn is_bpffs(path: &Path) -> bool {
 }
 
 /// Whether `path`, or the closest ancestor that exists, is on a BPF filesystem.
-fn on_bpffs(path: &Path) -> anyhow::Result<bool> {
-    let existing = path.ancestors().find(|p| p.exists()).ok_or_else(|| anyhow!("{} has no root", path.display()))?;
+fn on_bpffs(path: &Path) -> Result<bool, PinError> {
+    let existing = path.ancestors().find(|p| p.exists()).ok_or_else(|| PinError::NoRoot(path.to_path_buf()))?;
     Ok(is_bpffs(existing))
 }
 
-fn mount_bpffs() -> anyhow::Result<()> {
+fn mount_bpffs() -> Result<(), PinError> {
     use nix::mount::{MsFlags, mount};
     mount(
         Some("bpf"),
@@ -264,7 +256,7 @@ fn mount_bpffs() -> anyhow::Result<()> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
         None::<&str>,
     )
-    .with_context(|| format!("mounting the BPF filesystem at {BPFFS_MOUNT}"))?;
+    .map_err(PinError::Mount)?;
     info!(at = BPFFS_MOUNT, "mounted the BPF filesystem");
     Ok(())
 }

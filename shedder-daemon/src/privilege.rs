@@ -17,7 +17,6 @@
 
 use std::collections::HashSet;
 
-use anyhow::{Context as _, bail};
 use caps::{CapSet, Capability, CapsHashSet};
 use tracing::info;
 
@@ -35,7 +34,7 @@ pub fn needed_after_attach(attachment: Attachment) -> CapsHashSet {
 /// `attachment`, for good, and logs what it kept. Call it while the process
 /// has one thread: capabilities belong to threads, and threads started later
 /// inherit the reduced sets.
-pub fn drop_unneeded(attachment: Attachment) -> anyhow::Result<CapsHashSet> {
+pub fn drop_unneeded(attachment: Attachment) -> Result<CapsHashSet, PrivilegeError> {
     let keep = needed_after_attach(attachment);
     keep_only(&keep)?;
     info!(kept = %names(&keep), "dropped every other capability");
@@ -45,34 +44,54 @@ pub fn drop_unneeded(attachment: Attachment) -> anyhow::Result<CapsHashSet> {
 /// Reduces the calling (only) thread's capabilities to `keep`: the bounding
 /// set too when we may change it, nothing inheritable or ambient, and
 /// no_new_privs, so not even an `execve` of a set-uid binary gets any back.
-fn keep_only(keep: &CapsHashSet) -> anyhow::Result<()> {
-    let threads = std::fs::read_dir("/proc/self/task").context("counting threads")?.count();
+fn keep_only(keep: &CapsHashSet) -> Result<(), PrivilegeError> {
+    let threads = std::fs::read_dir("/proc/self/task").map_err(PrivilegeError::CountThreads)?.count();
     if threads != 1 {
-        bail!("cannot drop capabilities with {threads} threads running: the others would keep theirs");
+        return Err(PrivilegeError::Threads(threads));
     }
+    let step = |what: &'static str| move |error| PrivilegeError::Caps { what, error };
     // Shrinking the bounding set takes CAP_SETPCAP, which a service started
     // with only the capabilities it needs does not have; its bounding set is
     // then already what systemd's CapabilityBoundingSet= made it.
-    if caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP)? {
-        for cap in caps::read(None, CapSet::Bounding)?.difference(keep) {
+    if caps::has_cap(None, CapSet::Effective, Capability::CAP_SETPCAP).map_err(step("reading the effective set"))? {
+        for cap in caps::read(None, CapSet::Bounding).map_err(step("reading the bounding set"))?.difference(keep) {
             caps::drop(None, CapSet::Bounding, *cap)
-                .with_context(|| format!("dropping {cap} from the bounding set"))?;
+                .map_err(|error| PrivilegeError::DropBounding { cap: *cap, error })?;
         }
     }
-    caps::clear(None, CapSet::Ambient).context("clearing the ambient set")?;
-    caps::clear(None, CapSet::Inheritable).context("clearing the inheritable set")?;
-    let held = caps::read(None, CapSet::Permitted)?;
+    caps::clear(None, CapSet::Ambient).map_err(step("clearing the ambient set"))?;
+    caps::clear(None, CapSet::Inheritable).map_err(step("clearing the inheritable set"))?;
+    let read_permitted = || caps::read(None, CapSet::Permitted).map_err(step("reading the permitted set"));
+    let held = read_permitted()?;
     let kept: CapsHashSet = held.intersection(keep).copied().collect();
-    caps::set(None, CapSet::Effective, &kept).context("setting the effective set")?;
-    caps::set(None, CapSet::Permitted, &kept).context("setting the permitted set")?;
+    caps::set(None, CapSet::Effective, &kept).map_err(step("setting the effective set"))?;
+    caps::set(None, CapSet::Permitted, &kept).map_err(step("setting the permitted set"))?;
     // SAFETY: prctl with integer arguments only.
     if unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) } != 0 {
-        return Err(std::io::Error::last_os_error()).context("setting no_new_privs");
+        return Err(PrivilegeError::NoNewPrivs(std::io::Error::last_os_error()));
     }
-    if caps::read(None, CapSet::Permitted)? != kept || caps::read(None, CapSet::Effective)? != kept {
-        bail!("the kernel did not take the reduced capability sets");
+    let effective = caps::read(None, CapSet::Effective).map_err(step("reading the effective set"))?;
+    if read_permitted()? != kept || effective != kept {
+        return Err(PrivilegeError::NotTaken);
     }
     Ok(())
+}
+
+/// Why capabilities could not be dropped.
+#[derive(Debug, thiserror::Error)]
+pub enum PrivilegeError {
+    #[error("counting threads: {0}")]
+    CountThreads(std::io::Error),
+    #[error("cannot drop capabilities with {0} threads running: the others would keep theirs")]
+    Threads(usize),
+    #[error("{what}: {error}")]
+    Caps { what: &'static str, error: caps::errors::CapsError },
+    #[error("dropping {cap} from the bounding set: {error}")]
+    DropBounding { cap: Capability, error: caps::errors::CapsError },
+    #[error("setting no_new_privs: {0}")]
+    NoNewPrivs(std::io::Error),
+    #[error("the kernel did not take the reduced capability sets")]
+    NotTaken,
 }
 
 /// `CAP_NET_ADMIN,CAP_BPF`, sorted, or `none`.

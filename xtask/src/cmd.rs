@@ -11,7 +11,7 @@ use std::{
     process::{Child, Command, ExitStatus, Stdio},
     sync::{
         Once,
-        atomic::{AtomicU32, Ordering},
+        atomic::{AtomicI32, AtomicU32, Ordering},
     },
     time::Duration,
 };
@@ -57,24 +57,23 @@ pub fn describe(cmd: &Command) -> String {
         .join(" ")
 }
 
-/// An error carrying the exit code xtask should end with.
-#[derive(Debug)]
-pub struct Failed {
-    pub code: i32,
-    pub message: String,
-}
+/// The exit code of the last child that failed, for xtask to end with
+/// (0 while none has). A failed child is why a task fails in almost every
+/// case; the error it becomes travels as text, this code beside it.
+static FAILED_CHILD_CODE: AtomicI32 = AtomicI32::new(0);
 
-impl std::fmt::Display for Failed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+/// The exit code for a failed task: the failed child's, else 1.
+pub fn exit_code() -> i32 {
+    match FAILED_CHILD_CODE.load(Ordering::Relaxed) {
+        0 => 1,
+        code => code,
     }
 }
 
-impl std::error::Error for Failed {}
-
-/// The exit code for an error: the failed child's, else 1.
-pub fn exit_code_of(e: &anyhow::Error) -> i32 {
-    e.downcast_ref::<Failed>().map_or(1, |f| f.code)
+/// A failure of xtask's own, after any child's: xtask ends with 1.
+pub fn own_failure(message: String) -> anyhow::Error {
+    FAILED_CHILD_CODE.store(0, Ordering::Relaxed);
+    anyhow!(message)
 }
 
 /// Turns a child's unsuccessful status into an error naming the command.
@@ -88,7 +87,8 @@ pub fn check(status: ExitStatus, what: &str) -> anyhow::Result<()> {
         (None, Some(sig)) => (128 + sig, format!("killed by signal {sig}")),
         (None, None) => (1, format!("{status}")),
     };
-    Err(Failed { code, message: format!("`{what}` failed ({how})") }.into())
+    FAILED_CHILD_CODE.store(code, Ordering::Relaxed);
+    bail!("`{what}` failed ({how})")
 }
 
 /// Runs `cmd` with inherited stdio, echoing it first; fails if it fails.

@@ -101,6 +101,6 @@ fn main() {
     };
     if let Err(e) = result {
         eprintln!("xtask: error: {e:#}");
-        std::process::exit(cmd::exit_code_of(&e));
+        std::process::exit(cmd::exit_code());
     }
 }

@@ -147,7 +147,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
     }
     println!("vm: {passed} passed, {failed} failed, {skipped} skipped");
     if failed > 0 {
-        return Err(cmd::Failed { code: 1, message: format!("{failed} of {} guests failed", results.len()) }.into());
+        return Err(cmd::own_failure(format!("{failed} of {} guests failed", results.len())));
     }
     Ok(())
 }

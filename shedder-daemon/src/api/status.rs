@@ -21,7 +21,7 @@ use super::protocol::{
     ApiError, ClassStatus, ErrorCode, EstimateSources, MapClass, MapTenant, MapsStatus, SamplesStatus, StatusReply,
     StatusSnapshot, TenantStatus, finite,
 };
-use crate::{config::Plan, daemon::Daemon};
+use crate::{config::Plan, daemon::Daemon, fastpath::FastpathError};
 
 /// The last snapshot taken.
 #[derive(Debug, Default)]
@@ -70,8 +70,8 @@ impl StatusCache {
     }
 }
 
-fn internal(e: anyhow::Error) -> ApiError {
-    ApiError::new(ErrorCode::Internal, format!("{e:#}"))
+fn internal(e: FastpathError) -> ApiError {
+    ApiError::new(ErrorCode::Internal, e.to_string())
 }
 
 /// Everything `status` reports but the samples' totals.

@@ -21,7 +21,7 @@ use crate::{
     clock::monotonic_ns,
     config::{Compiled, Config, ConfigError},
     control::Decision,
-    control_loop::ControlLoop,
+    control_loop::{ControlLoop, ControlLoopError},
     fastpath::{Attachment, Fastpath},
     fleet::FleetView,
     hook_watch::{HookChange, HookWatch},
@@ -59,8 +59,8 @@ pub enum ChangeError {
     #[error("{0}")]
     Unavailable(String),
     /// Validated, but writing it failed (a map update the kernel refused).
-    #[error("applying the config: {0:#}")]
-    Apply(anyhow::Error),
+    #[error("applying the config: {0}")]
+    Apply(ControlLoopError),
 }
 
 impl Daemon {
@@ -100,12 +100,12 @@ impl Daemon {
     }
 
     /// One controller tick, on the daemon's clock.
-    pub fn tick(&mut self) -> anyhow::Result<Vec<Decision>> {
+    pub fn tick(&mut self) -> Result<Vec<Decision>, ControlLoopError> {
         self.control.tick(self.started.elapsed(), monotonic_ns())
     }
 
     /// The tenants' shares taken again now (the fleet's changed).
-    pub fn retake_tenant_shares(&mut self) -> anyhow::Result<()> {
+    pub fn retake_tenant_shares(&mut self) -> Result<(), ControlLoopError> {
         self.control.retake_tenant_shares(self.started.elapsed())
     }
 

@@ -252,7 +252,7 @@ fn log_counters(fastpath: &dyn Fastpath) {
 
 /// Relays the fast path's rare diagnostics (aya-log) into our log.
 fn forward_ebpf_logs(datapath: &mut Datapath) {
-    let registered = datapath.take_logger().and_then(|logger| {
+    let registered = datapath.take_logger().map_err(anyhow::Error::from).and_then(|logger| {
         // SAFETY: the logger owns its ring-buffer fd and outlives the registration.
         unsafe { AsyncFd::register(logger) }.map_err(|e| e.into_parts().1.into())
     });

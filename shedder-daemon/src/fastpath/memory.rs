@@ -15,7 +15,7 @@ use shedder_common::{
 };
 
 use super::{
-    Attachment, ClassSnapshot, Fastpath, Snapshot, TenantSnapshot,
+    Attachment, ClassSnapshot, Fastpath, FastpathError, Snapshot, TenantSnapshot,
     slots::{Placement, SlotOwners, slot_writes},
 };
 use crate::{
@@ -123,30 +123,30 @@ impl State {
 }
 
 impl Fastpath for MemoryFastpath {
-    fn apply(&mut self, plan: &Plan) -> anyhow::Result<()> {
+    fn apply(&mut self, plan: &Plan) -> Result<(), FastpathError> {
         self.state().apply(plan);
         Ok(())
     }
 
-    fn class_snapshots(&self) -> anyhow::Result<Vec<ClassSnapshot>> {
+    fn class_snapshots(&self) -> Result<Vec<ClassSnapshot>, FastpathError> {
         Ok(self.state().class_snapshots())
     }
 
-    fn tenant_snapshots(&self) -> anyhow::Result<Vec<TenantSnapshot>> {
+    fn tenant_snapshots(&self) -> Result<Vec<TenantSnapshot>, FastpathError> {
         Ok(self.state().tenant_snapshots())
     }
 
-    fn pass_counters(&self) -> anyhow::Result<Vec<(PassReason, u64)>> {
+    fn pass_counters(&self) -> Result<Vec<(PassReason, u64)>, FastpathError> {
         let state = self.state();
         Ok(PassReason::ALL.iter().map(|reason| (*reason, state.passed[*reason as usize])).collect())
     }
 
-    fn write_heartbeat(&mut self, now_ns: u64) -> anyhow::Result<()> {
+    fn write_heartbeat(&mut self, now_ns: u64) -> Result<(), FastpathError> {
         self.state().live.heartbeat = now_ns;
         Ok(())
     }
 
-    fn heartbeat(&self) -> anyhow::Result<u64> {
+    fn heartbeat(&self) -> Result<u64, FastpathError> {
         Ok(self.state().live.heartbeat)
     }
 

@@ -13,7 +13,8 @@ use std::{
     path::Path,
 };
 
-use anyhow::Context as _;
+use super::PinError;
+
 use aya_obj::generated::{bpf_attr, bpf_cmd};
 
 fn bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> std::io::Result<libc::c_long> {
@@ -24,17 +25,19 @@ fn bpf(cmd: bpf_cmd, attr: &mut bpf_attr) -> std::io::Result<libc::c_long> {
 }
 
 /// Detaches the link pinned at `path` from its hook, leaving the pin itself.
-pub fn detach_pinned_link(path: &Path) -> anyhow::Result<()> {
-    let c_path = CString::new(path.as_os_str().as_bytes()).context("a pin path with a NUL byte")?;
+pub fn detach_pinned_link(path: &Path) -> Result<(), PinError> {
+    let c_path = CString::new(path.as_os_str().as_bytes()).map_err(|_| PinError::NulInPath(path.to_path_buf()))?;
     // SAFETY: all zeroes is a valid bpf_attr (plain integers).
     let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
     attr.__bindgen_anon_4.pathname = c_path.as_ptr() as u64;
-    let fd = bpf(bpf_cmd::BPF_OBJ_GET, &mut attr).with_context(|| format!("opening {}", path.display()))?;
+    let fd =
+        bpf(bpf_cmd::BPF_OBJ_GET, &mut attr).map_err(|error| PinError::OpenLink { path: path.to_path_buf(), error })?;
     // SAFETY: BPF_OBJ_GET returned a new file descriptor that nothing else owns.
     let link = unsafe { OwnedFd::from_raw_fd(fd as i32) };
     // SAFETY: as above.
     let mut attr: bpf_attr = unsafe { std::mem::zeroed() };
     attr.link_detach.link_fd = link.as_raw_fd() as u32;
-    bpf(bpf_cmd::BPF_LINK_DETACH, &mut attr).with_context(|| format!("detaching the link {}", path.display()))?;
+    bpf(bpf_cmd::BPF_LINK_DETACH, &mut attr)
+        .map_err(|error| PinError::DetachLink { path: path.to_path_buf(), error })?;
     Ok(())
 }
