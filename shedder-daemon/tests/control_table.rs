@@ -14,29 +14,7 @@ use shedder_daemon::{
     telemetry::samples::JobSample,
 };
 
-/// `interactive` (port 8000) is steered between 1/s and 100/s against a 3 s
-/// deadline; `open` takes the rest at a fixed rate.
-const CONFIG: &str = r#"
-mode = "enforce"
-default_class = "open"
-
-[[class]]
-name = "open"
-rate = 10000
-burst = 1000
-action = "drop"
-
-[[class]]
-name = "interactive"
-burst = 5
-action = "reject"
-deadline_ms = 3000
-adaptive = { min_rate = 1, max_rate = 100 }
-
-[[rule]]
-class = "interactive"
-dst_port = 8000
-"#;
+const CONFIG: &str = include_str!("../../tests/fixtures/controlled_class.toml");
 
 const TICK: Duration = Duration::from_millis(100);
 

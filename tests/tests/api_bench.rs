@@ -15,7 +15,7 @@ use std::{
 };
 
 use shedder_daemon::{config::Config, daemon::Daemon, datapath::Datapath, fastpath::Fastpath, telemetry::gpu::NoGpu};
-use shedder_tests::owner::OwnerThread;
+use shedder_testbed::owner::OwnerThread;
 
 fn client(socket: &Path, request: &'static str, until: Instant) -> Vec<Duration> {
     let stream = UnixStream::connect(socket).unwrap();

@@ -20,7 +20,7 @@ use shedder_daemon::{
     fastpath::{AttachKind, Attachment},
     telemetry::gpu::NoGpu,
 };
-use shedder_tests::{netns::Testbed, owner::OwnerThread};
+use shedder_testbed::{netns::Testbed, owner::OwnerThread};
 
 const CONFIG: &str = r#"
 mode = "observe"

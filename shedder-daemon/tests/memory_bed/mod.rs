@@ -23,8 +23,8 @@ use shedder_daemon::{
     metrics,
     telemetry::gpu::NoGpu,
 };
+use shedder_testbed::owner::OwnerThread;
 use shedder_testbed::packets::{CLIENT_V4, SERVER_V4, TcpFrame};
-use shedder_tests::owner::OwnerThread;
 
 /// `config` compiled onto a fresh in-memory fast path, heartbeat written:
 /// the daemon, and the fast path's other end.
