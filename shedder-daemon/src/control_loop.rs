@@ -22,7 +22,7 @@ use crate::{
     control::{Controller, Decision, DecisionLog, InvalidControl, TickInputs},
     estimate::{Estimators, InvalidParams},
     fastpath::{Fastpath, FastpathError},
-    metrics::Distributions,
+    metrics::distributions::Distributions,
     telemetry::{ClassObservations, Observation, gpu::GpuSource, samples::SampleInbox},
     tenant::share::{ConfiguredShares, TenantLoad, TenantPolicy, TenantShares, lend},
 };

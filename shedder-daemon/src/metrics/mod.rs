@@ -4,7 +4,7 @@
 //! Labels are bounded by configuration: a class name, a pass reason, an
 //! admission verdict. Job ids never become labels; jobs become distributions.
 //!
-//! * [`Distributions`] are fed as observations arrive (pushed or scraped) and
+//! * [`distributions::Distributions`] are fed as observations arrive (pushed or scraped) and
 //!   as job-level admissions are answered.
 //! * Everything else (map counters, budgets, GPU gauges, versions) is read
 //!   when scraped, by a job on the daemon's owner task ([`crate::daemon`]),
@@ -31,9 +31,8 @@ use std::sync::atomic::AtomicU64;
 use tokio::sync::Semaphore;
 use tracing::debug;
 
-mod distributions;
+pub mod distributions;
 
-pub use distributions::Distributions;
 use distributions::{ClassLabel, OutcomeLabel};
 
 use crate::{
