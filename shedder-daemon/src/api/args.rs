@@ -5,9 +5,12 @@
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use super::protocol::OrNull;
 use crate::config::{AdaptiveSpec, ModeName};
 use crate::control::Tier;
+
+/// A value, or `null` to clear the field. Not spelled `Option` so that
+/// clap takes `Option<OrNull<T>>` as one optional value, not as a flag.
+pub type OrNull<T> = Option<T>;
 
 /// A number that is neither NaN, infinite nor negative (JSON carries none
 /// of the first two, and no field takes the last).

@@ -11,7 +11,7 @@ use serde::{Deserialize, Deserializer, Serialize, de::DeserializeOwned};
 use serde_json::Value;
 pub use shedder_common::maps::{ClassCounters, TenantCounters};
 
-use super::args;
+use super::args::{self, OrNull};
 use crate::{
     admit::{AdmitPolicy, Verdict},
     config::{ActionName, AdaptiveSpec, ModeName, RuleSpec},
@@ -211,10 +211,6 @@ pub struct Empty {}
 fn patch<'de, D: Deserializer<'de>, T: Deserialize<'de>>(d: D) -> Result<Option<Option<T>>, D::Error> {
     Option::<T>::deserialize(d).map(Some)
 }
-
-/// A value, or `null` to clear the field. Not spelled `Option` so that
-/// clap takes `Option<OrNull<T>>` as one optional value, not as a flag.
-pub type OrNull<T> = Option<T>;
 
 /// A partial update of one class: every field a `[[class]]` has but its
 /// name. Fields left out keep their value; the optional ones are cleared by
