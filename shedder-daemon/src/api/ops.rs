@@ -87,7 +87,7 @@ pub fn handle(
 fn changed(result: Result<u64, ChangeError>) -> Result<Answer, ApiError> {
     let config_version = result.map_err(|e| {
         let code = match &e {
-            ChangeError::Invalid(_) => ErrorCode::InvalidConfig,
+            ChangeError::Invalid(_) | ChangeError::Unreadable(_) => ErrorCode::InvalidConfig,
             ChangeError::Unavailable(_) => ErrorCode::Unavailable,
             ChangeError::Apply(_) => ErrorCode::Internal,
         };

@@ -19,7 +19,7 @@ pub use run::{ControlOptions, Ending, RunOptions, Services, run, serve};
 
 use crate::{
     clock::monotonic_ns,
-    config::{Compiled, Config, ConfigError},
+    config::{Compiled, Config, ConfigError, ConfigFileError},
     control::Decision,
     control_loop::{ControlLoop, ControlLoopError},
     fastpath::{Attachment, Fastpath},
@@ -55,6 +55,9 @@ pub enum ChangeError {
     /// The new configuration does not validate.
     #[error("invalid config: {0}")]
     Invalid(#[from] ConfigError),
+    /// The config file cannot be read or parsed; its message names the file.
+    #[error(transparent)]
+    Unreadable(#[from] ConfigFileError),
     /// There is nothing to do it with (e.g. `reload` without a config file).
     #[error("{0}")]
     Unavailable(String),
@@ -179,9 +182,32 @@ impl Daemon {
         let path = self.config_path.clone().ok_or_else(|| {
             ChangeError::Unavailable("running on the embedded default config: nothing to reload".into())
         })?;
-        let config = Config::from_file(&path).map_err(|e| {
-            ChangeError::Invalid(ConfigError { field: path.display().to_string(), message: format!("{e:#}") })
-        })?;
-        self.replace_config(config)
+        self.replace_config(Config::from_file(&path)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{fastpath::memory::MemoryFastpath, telemetry::gpu::NoGpu};
+
+    #[test]
+    fn a_bad_config_file_is_named_once_and_changes_nothing() {
+        let dir = std::env::temp_dir().join(format!("shedder-reload-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("shedder.toml");
+        std::fs::write(&path, "mode = ").unwrap();
+        let config = Config::parse(crate::config::EMBEDDED_DEFAULT).unwrap();
+        let compiled = config.compile().unwrap();
+        let gpu = Box::new(NoGpu { reason: "in memory".into() });
+        let mut daemon = Daemon::new(config, Some(path.clone()), compiled, Box::new(MemoryFastpath::new()), gpu);
+
+        let error = daemon.reload().unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(matches!(error, ChangeError::Unreadable(ConfigFileError::Syntax { .. })), "{error:?}");
+        let message = error.to_string();
+        assert_eq!(message.matches(&path.display().to_string()).count(), 1, "{message}");
+        assert_eq!(message.matches("invalid config").count(), 1, "{message}");
+        assert_eq!(daemon.config_version(), 1);
     }
 }
