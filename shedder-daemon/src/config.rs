@@ -495,7 +495,7 @@ impl Config {
         let params = ControlParams { workers: self.backend.workers.map(f64::from), ..self.control.clone() };
         let controller = Controller::new(params, policies).map_err(|e| self.nested("control", &e.to_string()))?;
         for (i, target) in self.scrapes.iter().enumerate() {
-            target.validate().map_err(|e| ConfigError { field: format!("scrape[{i}]"), message: format!("{e:#}") })?;
+            target.validate().map_err(|e| ConfigError { field: format!("scrape[{i}]"), message: e.to_string() })?;
             for (model, class) in &target.models {
                 if !self.classes.iter().any(|c| c.name == *class) {
                     return fail(format!("scrape[{i}].models.{model}"), format!("no class is named \"{class}\""));

@@ -6,6 +6,7 @@ use std::{sync::Arc, time::Duration};
 use tokio::{sync::mpsc::Sender, time::MissedTickBehavior};
 use tracing::warn;
 
+use crate::error_chain::ErrorChain;
 use crate::telemetry::{
     ClassObservations,
     scrape::{ScrapeTarget, Scraper},
@@ -37,7 +38,7 @@ pub(super) fn spawn(targets: &[ScrapeTarget], every: Duration, tx: Sender<Vec<Cl
                         }
                     }
                     Ok(Ok(_)) => {}
-                    Ok(Err(e)) => warn!("scrape failed: {e:#}"),
+                    Ok(Err(e)) => warn!("scrape failed: {}", ErrorChain(&e)),
                     Err(e) => warn!("scrape task failed: {e}"),
                 }
             }

@@ -3,7 +3,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
-use anyhow::{Context as _, bail};
 use prom_text_format_parser::{Metric, ScrapeParseError, Type, ValueType};
 use tracing::debug;
 
@@ -70,6 +69,22 @@ pub(super) type ModelSeries = BTreeMap<LabelSet, Reading>;
 /// family → model → series labels → reading.
 pub(super) type Exposition = HashMap<&'static str, BTreeMap<String, ModelSeries>>;
 
+/// Why an exposition cannot be used; the scrape that brought it changes nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ExpositionError {
+    #[error("not the Prometheus text format: {0}")]
+    Syntax(String),
+    /// A family shedder reads, exposed with another metric type.
+    #[error("{family}: expected a {expected}, the exporter says {actual}")]
+    WrongType { family: &'static str, expected: &'static str, actual: String },
+    #[error("{family}: value {raw:?} is not a number")]
+    NotANumber { family: String, raw: String, source: std::num::ParseFloatError },
+    #[error("{0}: a bucket sample without an le label")]
+    NoBound(String),
+    #[error("{family}: bucket bound le={raw:?} is not a number")]
+    BadBound { family: String, raw: String, source: std::num::ParseFloatError },
+}
+
 /// Parses an exposition and keeps `families`, for the models in `models`
 /// (the value of `model_label`).
 pub(super) fn parse(
@@ -77,10 +92,10 @@ pub(super) fn parse(
     families: &[&[Family]],
     model_label: &str,
     models: &BTreeMap<String, String>,
-) -> anyhow::Result<Exposition> {
+) -> Result<Exposition, ExpositionError> {
     let (metrics, error) = prom_text_format_parser::parse_scrape(text);
     match error {
-        Some(ScrapeParseError::Parse(message)) => bail!("not the Prometheus text format: {message}"),
+        Some(ScrapeParseError::Parse(message)) => return Err(ExpositionError::Syntax(message)),
         // Families that are only HELP/TYPE (a labelled metric nobody has
         // touched yet) and similar grouping remarks: the rest is fine.
         Some(ScrapeParseError::Collect(remarks)) => debug!(?remarks, "exposition remarks"),
@@ -101,7 +116,7 @@ pub(super) fn parse(
                     Kind::Histogram => "histogram",
                     Kind::Summary => "summary",
                 };
-                bail!("{}: expected a {expected}, the exporter says {actual}", family.name)
+                return Err(ExpositionError::WrongType { family: family.name, expected, actual: actual.to_string() });
             }
         }
         for (labels, reading) in series_of(metric, family.kind)? {
@@ -121,7 +136,7 @@ pub(super) fn parse(
 /// `_count` is not needed (the `+Inf` bucket is the count). A summary keeps
 /// `_count` (as its `+Inf` bucket) and `_sum`, not its quantiles. Series with
 /// a value that is not a finite number are left out.
-fn series_of(metric: &Metric, kind: Kind) -> anyhow::Result<Vec<(LabelSet, Reading)>> {
+fn series_of(metric: &Metric, kind: Kind) -> Result<Vec<(LabelSet, Reading)>, ExpositionError> {
     let mut series: BTreeMap<LabelSet, Reading> = BTreeMap::new();
     let mut unusable = BTreeSet::new();
     for sample in &metric.samples {
@@ -133,13 +148,19 @@ fn series_of(metric: &Metric, kind: Kind) -> anyhow::Result<Vec<(LabelSet, Readi
             _ => continue,
         };
         let raw = sample.value.value.as_str();
-        let value: f64 = raw.parse().with_context(|| format!("{}: value {raw:?} is not a number", metric.name))?;
+        let not_a_number =
+            |source| ExpositionError::NotANumber { family: metric.name.clone(), raw: raw.into(), source };
+        let value: f64 = raw.parse().map_err(not_a_number)?;
         let mut le = None;
         let mut labels = Vec::with_capacity(sample.labels.len());
         for label in sample.labels.iter() {
             if part == Part::Bucket && label.key == "le" {
-                let bound = label.value.parse::<f64>();
-                le = Some(bound.with_context(|| format!("{}: bucket bound le={:?}", metric.name, label.value))?);
+                let bad_bound = |source| ExpositionError::BadBound {
+                    family: metric.name.clone(),
+                    raw: label.value.clone(),
+                    source,
+                };
+                le = Some(label.value.parse::<f64>().map_err(bad_bound)?);
             } else {
                 labels.push((label.key.clone(), unescape(&label.value)));
             }
@@ -160,7 +181,7 @@ fn series_of(metric: &Metric, kind: Kind) -> anyhow::Result<Vec<(LabelSet, Readi
             (Part::Sum, _) => h.sum = Some(value),
             (Part::Count, _) => h.buckets = vec![(f64::INFINITY, value)],
             (_, Some(le)) => h.buckets.push((le, value)),
-            (_, None) => bail!("{}: a bucket sample without an le label", metric.name),
+            (_, None) => return Err(ExpositionError::NoBound(metric.name.clone())),
         }
     }
     for labels in &unusable {

@@ -63,7 +63,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use anyhow::{Context as _, ensure};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
@@ -75,6 +74,7 @@ use super::{
 use coverage::Need;
 pub use coverage::missing_families;
 use delta::{Deltas, SeriesId};
+pub use exposition::ExpositionError;
 use exposition::{Exposition, Family, Reading};
 use histogram::merge_buckets;
 pub(crate) use histogram::weighted_quantile;
@@ -149,24 +149,53 @@ impl ScrapeTarget {
     /// Checks what can be checked without the network: the URL's form and a
     /// non-empty model map without empty names. (Whether the classes exist is
     /// the config's business.) Errors name the field.
-    pub fn validate(&self) -> anyhow::Result<()> {
-        let rest = self.url.strip_prefix("http://").with_context(|| {
-            format!("url {:?}: must start with http:// (shedder scrapes plain HTTP, no TLS)", self.url)
-        })?;
+    pub fn validate(&self) -> Result<(), ScrapeError> {
+        let url = || self.url.clone();
+        let rest = self.url.strip_prefix("http://").ok_or_else(|| ScrapeError::NotHttp(url()))?;
         let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
-        ensure!(!host.is_empty(), "url {:?}: has no host", self.url);
-        ensure!(!rest.contains(char::is_whitespace), "url {:?}: contains whitespace", self.url);
-        ensure!(
-            !self.models.is_empty(),
-            "models: empty; map at least one {} label value to a class",
-            self.kind.model_label()
-        );
+        if host.is_empty() {
+            return Err(ScrapeError::NoHost(url()));
+        }
+        if rest.contains(char::is_whitespace) {
+            return Err(ScrapeError::Whitespace(url()));
+        }
+        if self.models.is_empty() {
+            return Err(ScrapeError::NoModels(self.kind.model_label()));
+        }
         for (model, class) in &self.models {
-            ensure!(!model.is_empty(), "models: an empty model name");
-            ensure!(!class.trim().is_empty(), "models.{model:?}: empty class name");
+            if model.is_empty() {
+                return Err(ScrapeError::EmptyModel);
+            }
+            if class.trim().is_empty() {
+                return Err(ScrapeError::EmptyClass(model.clone()));
+            }
         }
         Ok(())
     }
+}
+
+/// Why a target is refused or a scrape failed. A failed scrape changes nothing.
+#[derive(Debug, thiserror::Error)]
+pub enum ScrapeError {
+    #[error("url {0:?}: must start with http:// (shedder scrapes plain HTTP, no TLS)")]
+    NotHttp(String),
+    #[error("url {0:?}: has no host")]
+    NoHost(String),
+    #[error("url {0:?}: contains whitespace")]
+    Whitespace(String),
+    /// Holds the exporter's model label.
+    #[error("models: empty; map at least one {0} label value to a class")]
+    NoModels(&'static str),
+    #[error("models: an empty model name")]
+    EmptyModel,
+    #[error("models.{0:?}: empty class name")]
+    EmptyClass(String),
+    /// Connecting, the HTTP status, the timeout or reading the body.
+    #[error("scraping {url}")]
+    Fetch { url: String, source: Box<ureq::Error> },
+    /// The body is not an exposition shedder can use.
+    #[error("scraping {url}")]
+    Exposition { url: String, source: ExpositionError },
 }
 
 /// Fetches a target over HTTP and turns each scrape into the interval's
@@ -183,7 +212,7 @@ const MAX_BODY_BYTES: u64 = 32 << 20;
 impl Scraper {
     /// A scraper whose every request (connect, send, read) ends within
     /// `timeout`. Fails on an invalid target.
-    pub fn new(target: ScrapeTarget, timeout: Duration) -> anyhow::Result<Self> {
+    pub fn new(target: ScrapeTarget, timeout: Duration) -> Result<Self, ScrapeError> {
         target.validate()?;
         let agent = ureq::Agent::config_builder()
             .timeout_global(Some(timeout))
@@ -203,7 +232,7 @@ impl Scraper {
 
     /// One scrape: GET the endpoint, then [`TargetState::ingest`] the body.
     /// On error (connect, timeout, HTTP status, parse) nothing changes.
-    pub fn scrape(&mut self) -> anyhow::Result<Vec<ClassObservations>> {
+    pub fn scrape(&mut self) -> Result<Vec<ClassObservations>, ScrapeError> {
         let url = self.state.target().url.clone();
         let body = (|| -> Result<String, ureq::Error> {
             self.agent
@@ -217,9 +246,11 @@ impl Scraper {
                 .limit(MAX_BODY_BYTES)
                 .read_to_string()
         })()
-        .with_context(|| format!("scraping {url}"))?;
-        let observations =
-            self.state.ingest(&body, self.started.elapsed()).with_context(|| format!("scraping {url}"))?;
+        .map_err(|source| ScrapeError::Fetch { url: url.clone(), source: Box::new(source) })?;
+        let observations = self
+            .state
+            .ingest(&body, self.started.elapsed())
+            .map_err(|source| ScrapeError::Exposition { url: url.clone(), source })?;
         coverage::publish(&url, &self.state.missing_families);
         Ok(observations)
     }
@@ -250,7 +281,7 @@ struct ClassLive {
 
 impl TargetState {
     /// Fails on an invalid target (see [`ScrapeTarget::validate`]).
-    pub fn new(target: ScrapeTarget) -> anyhow::Result<Self> {
+    pub fn new(target: ScrapeTarget) -> Result<Self, ScrapeError> {
         target.validate()?;
         Ok(Self {
             target,
@@ -281,7 +312,7 @@ impl TargetState {
     /// any monotonic clock), to the observations for the interval since the
     /// previous call. An error (unparsable text, a family of the wrong type)
     /// leaves the state as it was.
-    pub fn ingest(&mut self, text: &str, at: Duration) -> anyhow::Result<Vec<ClassObservations>> {
+    pub fn ingest(&mut self, text: &str, at: Duration) -> Result<Vec<ClassObservations>, ExpositionError> {
         let kind = self.target.kind;
         let exposition = exposition::parse(text, kind.families(), kind.model_label(), &self.target.models)?;
         let mut deltas = Deltas::new(&self.previous, self.scrapes == 0);
