@@ -20,6 +20,7 @@ use crate::{
     admit::ledger::AdmissionLedger,
     config::{ControlSetup, Plan, to_milli},
     control::{Controller, Decision, DecisionLog, InvalidControl, TickInputs},
+    error_chain::ErrorChain,
     estimate::{Estimators, InvalidParams},
     fastpath::{Fastpath, FastpathError},
     metrics::distributions::Distributions,
@@ -156,7 +157,7 @@ impl ControlLoop {
             .collect();
         self.observe(now, &refused);
         let gpu = self.gpu.read().unwrap_or_else(|e| {
-            warn!("reading GPU telemetry: {e:#}");
+            warn!("reading GPU telemetry: {}", ErrorChain(&e));
             Vec::new()
         });
         let snapshots = self.fastpath.class_snapshots()?;

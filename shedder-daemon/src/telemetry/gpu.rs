@@ -15,10 +15,11 @@
 
 use std::{
     collections::VecDeque,
+    error::Error,
     sync::{Arc, Mutex, PoisonError},
 };
 
-use anyhow::Context as _;
+use nvml_wrapper::error::NvmlError;
 use tracing::{info, warn};
 
 use super::GpuReading;
@@ -29,13 +30,27 @@ use super::GpuReading;
 /// means this tick's reading failed (a GPU fell off the bus, the driver was
 /// reloaded); the caller decides whether to keep the previous reading.
 pub trait GpuSource: Send {
-    fn read(&mut self) -> anyhow::Result<Vec<GpuReading>>;
+    fn read(&mut self) -> Result<Vec<GpuReading>, GpuError>;
 
     /// What this source is, for logs and the status API: `nvml (2 GPUs,
     /// driver …)`, `none (why)`, `fake`.
     fn describe(&self) -> String {
         std::any::type_name::<Self>().to_owned()
     }
+}
+
+/// Why NVML could not be opened or a GPU could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuError {
+    /// Opening NVML: the library or the kernel driver is missing.
+    #[error("{call}")]
+    Open { call: &'static str, source: NvmlError },
+    /// Reading one GPU (it fell off the bus, the driver was reloaded).
+    #[error("GPU {index}: {what}")]
+    Device { index: u32, what: &'static str, source: NvmlError },
+    /// A failure a [`FakeGpu`] was scripted to report.
+    #[error("{0}")]
+    Scripted(String),
 }
 
 /// Opens NVML, or falls back to [`NoGpu`] with one clear log line.
@@ -52,7 +67,8 @@ pub fn open_gpu_source() -> Box<dyn GpuSource> {
         Err(error) => {
             // The root cause reads best: "libnvidia-ml.so.1: cannot open
             // shared object file: …", or "NVIDIA driver is not loaded".
-            let reason = error.root_cause().to_string();
+            let root = std::iter::successors(Some(&error as &dyn Error), |e| (*e).source());
+            let reason = root.last().map(ToString::to_string).unwrap_or_default();
             warn!("no GPU telemetry: NVML unavailable ({reason}); the GPU gate is disabled");
             Box::new(NoGpu { reason })
         }
@@ -69,9 +85,10 @@ pub struct Nvml {
 impl Nvml {
     /// Loads `libnvidia-ml.so.1` and initialises it. Fails, without side
     /// effects, when the library or the kernel driver is missing.
-    pub fn open() -> anyhow::Result<Self> {
-        let nvml = nvml_wrapper::Nvml::init().context("nvmlInit")?;
-        let device_count = nvml.device_count().context("nvmlDeviceGetCount")?;
+    pub fn open() -> Result<Self, GpuError> {
+        let nvml = nvml_wrapper::Nvml::init().map_err(|source| GpuError::Open { call: "nvmlInit", source })?;
+        let device_count =
+            nvml.device_count().map_err(|source| GpuError::Open { call: "nvmlDeviceGetCount", source })?;
         let driver_version = nvml.sys_driver_version().unwrap_or_else(|_| "unknown".into());
         Ok(Self { nvml, device_count, driver_version })
     }
@@ -83,12 +100,13 @@ impl Nvml {
 }
 
 impl GpuSource for Nvml {
-    fn read(&mut self) -> anyhow::Result<Vec<GpuReading>> {
+    fn read(&mut self) -> Result<Vec<GpuReading>, GpuError> {
         (0..self.device_count)
             .map(|index| {
-                let device = self.nvml.device_by_index(index).with_context(|| format!("GPU {index}"))?;
-                let utilization = device.utilization_rates().with_context(|| format!("GPU {index}: utilisation"))?;
-                let memory = device.memory_info().with_context(|| format!("GPU {index}: memory"))?;
+                let failed = |what| move |source| GpuError::Device { index, what, source };
+                let device = self.nvml.device_by_index(index).map_err(failed("handle"))?;
+                let utilization = device.utilization_rates().map_err(failed("utilisation"))?;
+                let memory = device.memory_info().map_err(failed("memory"))?;
                 Ok(GpuReading {
                     index,
                     utilization_pct: utilization.gpu.min(100),
@@ -112,7 +130,7 @@ pub struct NoGpu {
 }
 
 impl GpuSource for NoGpu {
-    fn read(&mut self) -> anyhow::Result<Vec<GpuReading>> {
+    fn read(&mut self) -> Result<Vec<GpuReading>, GpuError> {
         Ok(Vec::new())
     }
 
@@ -177,12 +195,12 @@ impl FakeGpu {
 }
 
 impl GpuSource for FakeGpu {
-    fn read(&mut self) -> anyhow::Result<Vec<GpuReading>> {
+    fn read(&mut self) -> Result<Vec<GpuReading>, GpuError> {
         let mut script = self.script();
         script.reads += 1;
         match script.queued.pop_front() {
             Some(Ok(readings)) => Ok(readings),
-            Some(Err(message)) => Err(anyhow::anyhow!(message)),
+            Some(Err(message)) => Err(GpuError::Scripted(message)),
             None => Ok(script.steady.clone()),
         }
     }
