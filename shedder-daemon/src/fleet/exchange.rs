@@ -5,9 +5,8 @@
 
 use std::time::Duration;
 
-use anyhow::Context as _;
 use redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo as _, RedisConnectionInfo, Script,
+    AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo as _, RedisConnectionInfo, RedisError, Script,
     aio::MultiplexedConnection,
 };
 
@@ -54,6 +53,28 @@ pub struct Grants {
     pub grace: bool,
 }
 
+/// Why the exchange with Redis failed. The host keeps its leases until
+/// they run out, then falls back to local shares.
+#[derive(Debug, thiserror::Error)]
+pub enum FleetError {
+    #[error("the Redis address")]
+    Address(#[source] RedisError),
+    #[error("the TLS roots in fleet.tls.ca_file")]
+    TlsRoots(#[source] RedisError),
+    #[error("the Redis client")]
+    Client(#[source] RedisError),
+    /// Connecting, TLS, AUTH (a wrong password) or the connection timeout.
+    #[error("connecting to Redis")]
+    Connect(#[source] RedisError),
+    /// Holds the script's name (`report`, `ack`).
+    #[error("running the {0} script")]
+    Script(&'static str, #[source] RedisError),
+    #[error("the report script answered {0} fields")]
+    ReplyLength(usize),
+    #[error("field {index} of the report's answer: {value:?}")]
+    ReplyField { index: usize, value: String, source: std::num::ParseFloatError },
+}
+
 pub struct Exchange {
     client: Client,
     connection: Option<MultiplexedConnection>,
@@ -77,7 +98,7 @@ const SHORT_BY: f64 = 0.02;
 
 impl Exchange {
     /// Sets up the client; nothing connects until the first report.
-    pub fn new(settings: &FleetSettings, timeout: Duration) -> anyhow::Result<Self> {
+    pub fn new(settings: &FleetSettings, timeout: Duration) -> Result<Self, FleetError> {
         let addr = match &settings.tls {
             None => ConnectionAddr::Tcp(settings.host_addr.clone(), settings.port),
             Some(_) => ConnectionAddr::TcpTls {
@@ -91,13 +112,13 @@ impl Exchange {
         if let Some(password) = &settings.password {
             redis = redis.set_password(password.expose());
         }
-        let info = addr.into_connection_info().context("the Redis address")?.set_redis_settings(redis);
+        let info = addr.into_connection_info().map_err(FleetError::Address)?.set_redis_settings(redis);
         let client = match settings.tls.as_ref().and_then(|tls| tls.ca_pem.clone()) {
             Some(root_cert) => {
                 let certs = redis::TlsCertificates { client_tls: None, root_cert: Some(root_cert) };
-                Client::build_with_tls(info, certs).context("the TLS roots in fleet.tls.ca_file")?
+                Client::build_with_tls(info, certs).map_err(FleetError::TlsRoots)?
             }
-            None => Client::open(info).context("the Redis client")?,
+            None => Client::open(info).map_err(FleetError::Client)?,
         };
         Ok(Self {
             client,
@@ -109,12 +130,13 @@ impl Exchange {
         })
     }
 
-    async fn connect(&mut self) -> anyhow::Result<()> {
+    async fn connect(&mut self) -> Result<(), FleetError> {
         if self.connection.is_none() {
             let config = AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(self.timeout))
                 .set_response_timeout(Some(self.timeout));
-            let connection = self.client.get_multiplexed_async_connection_with_config(&config).await?;
+            let connection =
+                self.client.get_multiplexed_async_connection_with_config(&config).await.map_err(FleetError::Connect)?;
             self.connection = Some(connection);
         }
         Ok(())
@@ -133,7 +155,7 @@ impl Exchange {
         epoch: &str,
         usage: &[TenantUsage],
         held: &[Held],
-    ) -> anyhow::Result<Grants> {
+    ) -> Result<Grants, FleetError> {
         self.connect().await?;
         self.seq += 1;
         let mut call = self.report.prepare_invoke();
@@ -151,12 +173,12 @@ impl Exchange {
                 .arg(held.remaining.as_millis() as u64);
         }
         let connection = self.connection.as_mut().expect("connected above");
-        let reply: Vec<String> = call.invoke_async(connection).await.context("running the report script")?;
+        let reply: Vec<String> = call.invoke_async(connection).await.map_err(|e| FleetError::Script("report", e))?;
         parse_report(&reply, settings.tenants.len())
     }
 
     /// Confirms the last report's shares are applied.
-    pub async fn ack(&mut self, settings: &FleetSettings) -> anyhow::Result<()> {
+    pub async fn ack(&mut self, settings: &FleetSettings) -> Result<(), FleetError> {
         self.connect().await?;
         let mut call = self.ack.prepare_invoke();
         for tenant in &settings.tenants {
@@ -164,7 +186,7 @@ impl Exchange {
         }
         call.arg(&settings.host).arg(self.seq.to_string());
         let connection = self.connection.as_mut().expect("connected above");
-        let _: i64 = call.invoke_async(connection).await.context("running the ack script")?;
+        let _: i64 = call.invoke_async(connection).await.map_err(|e| FleetError::Script("ack", e))?;
         Ok(())
     }
 }
@@ -172,10 +194,13 @@ impl Exchange {
 /// Fields of the report's answer per tenant.
 const FIELDS: usize = 5;
 
-fn parse_report(reply: &[String], tenants: usize) -> anyhow::Result<Grants> {
-    anyhow::ensure!(reply.len() == 2 + FIELDS * tenants, "the report script answered {} fields", reply.len());
-    let number = |i: usize| -> anyhow::Result<f64> {
-        reply[i].parse::<f64>().with_context(|| format!("field {i} of the report's answer: {:?}", reply[i]))
+fn parse_report(reply: &[String], tenants: usize) -> Result<Grants, FleetError> {
+    if reply.len() != 2 + FIELDS * tenants {
+        return Err(FleetError::ReplyLength(reply.len()));
+    }
+    let number = |index: usize| {
+        let value = &reply[index];
+        value.parse::<f64>().map_err(|source| FleetError::ReplyField { index, value: value.clone(), source })
     };
     let now_ms = number(0)?;
     let mut grants = Grants { tenants: Vec::new(), ack_needed: false, grace: reply[1] == "1" };

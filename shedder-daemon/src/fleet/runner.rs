@@ -11,6 +11,8 @@ use tokio::{
 };
 use tracing::{info, warn};
 
+use crate::error_chain::ErrorChain;
+
 use super::{
     exchange::{Exchange, TenantUsage},
     leases::{FleetState, LeaseBook, Shares},
@@ -66,7 +68,7 @@ pub async fn run<F, Fut>(
     let mut exchange = match Exchange::new(&settings, settings.tick) {
         Ok(exchange) => exchange,
         Err(e) => {
-            warn!("fleet: {e:#}; local shares only");
+            warn!("fleet: {}; local shares only", ErrorChain(&e));
             return;
         }
     };
@@ -120,7 +122,7 @@ pub async fn run<F, Fut>(
                     }
                 }
                 Ok(Err(e)) => {
-                    last_error = format!("{e:#}");
+                    last_error = ErrorChain(&e).to_string();
                     fail(&mut book, &mut exchange);
                 }
                 Err(_) => {
