@@ -18,7 +18,6 @@
 use std::collections::BTreeMap;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 
-use anyhow::Context as _;
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode, body::Bytes, server::conn::http1, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -37,6 +36,8 @@ use distributions::{ClassLabel, OutcomeLabel};
 
 use crate::{
     daemon::{Daemon, DaemonHandle},
+    error_chain::ErrorChain,
+    fastpath::FastpathError,
     fleet::{FleetState, FleetView},
     listen::AcceptErrors,
 };
@@ -136,8 +137,20 @@ fn register_fleet(registry: &mut Registry, view: &FleetView) {
     );
 }
 
+/// Why `/metrics` could not be rendered or its endpoint bound.
+#[derive(Debug, thiserror::Error)]
+pub enum MetricsError {
+    /// Reading the fast path's counters (the error names the map).
+    #[error(transparent)]
+    Fastpath(#[from] FastpathError),
+    #[error("encoding metrics")]
+    Encode(#[from] std::fmt::Error),
+    #[error("binding the metrics endpoint {addr}")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+}
+
 /// The whole exposition, read from the daemon at one moment.
-pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
+pub fn render(daemon: &Daemon) -> Result<String, MetricsError> {
     let control = daemon.control();
     let mut registry = Registry::default();
     control.distributions().register(&mut registry);
@@ -221,12 +234,12 @@ pub fn render(daemon: &Daemon) -> anyhow::Result<String> {
     );
 
     let mut text = String::new();
-    encode(&mut text, &registry).context("encoding metrics")?;
+    encode(&mut text, &registry)?;
     Ok(text)
 }
 
 /// Each tenant's counters and bucket.
-fn register_tenants(registry: &mut Registry, control: &crate::control_loop::ControlLoop) -> anyhow::Result<()> {
+fn register_tenants(registry: &mut Registry, control: &crate::control_loop::ControlLoop) -> Result<(), MetricsError> {
     let outcomes = Family::<TenantOutcomeLabel, Counter>::default();
     let (rate, burst) = (
         Family::<TenantLabel, Gauge<f64, AtomicU64>>::default(),
@@ -316,14 +329,14 @@ async fn respond<B>(daemon: &DaemonHandle, request: &Request<B>) -> Response<Ful
     }
     match daemon.call(|d| render(d)).await {
         Ok(Ok(text)) => reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", text),
-        Ok(Err(e)) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("{e:#}\n")),
+        Ok(Err(e)) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("{}\n", ErrorChain(&e))),
         Err(gone) => reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("{gone}\n")),
     }
 }
 
 /// Binds the metrics endpoint (fails early on a bad or busy address).
-pub async fn bind(addr: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
-    tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding the metrics endpoint {addr}"))
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, MetricsError> {
+    tokio::net::TcpListener::bind(addr).await.map_err(|source| MetricsError::Bind { addr, source })
 }
 
 #[cfg(test)]
