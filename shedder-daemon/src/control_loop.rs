@@ -20,7 +20,6 @@ use crate::{
     admit::ledger::AdmissionLedger,
     config::{ControlSetup, Plan, to_milli},
     control::{Controller, Decision, DecisionLog, InvalidControl, TickInputs},
-    error_chain::ErrorChain,
     estimate::{Estimators, InvalidParams},
     fastpath::{Fastpath, FastpathError},
     metrics::distributions::Distributions,
@@ -157,7 +156,7 @@ impl ControlLoop {
             .collect();
         self.observe(now, &refused);
         let gpu = self.gpu.read().unwrap_or_else(|e| {
-            warn!("reading GPU telemetry: {}", ErrorChain(&e));
+            warn!("reading GPU telemetry: {e}");
             Vec::new()
         });
         let snapshots = self.fastpath.class_snapshots()?;

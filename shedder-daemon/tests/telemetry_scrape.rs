@@ -14,7 +14,6 @@ use std::{
     time::{Duration, Instant},
 };
 
-use shedder_daemon::error_chain::ErrorChain;
 use shedder_daemon::telemetry::{
     ClassObservations,
     Observation::{self, GaugesFrozen, KvCacheUsage, PredictedQueueAge, QueueDepth, Running},
@@ -570,7 +569,7 @@ fn scraping_a_real_endpoint_over_http() {
 
     // A failed scrape is an error that names the endpoint, and changes
     // nothing: the next one is still relative to the first.
-    let error = ErrorChain(&scraper.scrape().unwrap_err()).to_string();
+    let error = format!("{:#}", scraper.scrape().unwrap_err());
     assert!(error.starts_with(&format!("scraping {}", server.url)), "{error}");
     assert!(error.contains("503"), "{error}");
     assert_eq!(scraper.scrape().unwrap(), second);
@@ -586,7 +585,7 @@ fn a_silent_endpoint_times_out() {
     let server = TinyServer::start(vec![Reply::Silent(Duration::from_secs(2))]);
     let mut scraper = Scraper::new(triton_target(&server.url), timeout).unwrap();
     let started = Instant::now();
-    let error = ErrorChain(&scraper.scrape().unwrap_err()).to_string();
+    let error = format!("{:#}", scraper.scrape().unwrap_err());
     let took = started.elapsed();
     assert!(error.starts_with(&format!("scraping {}", server.url)), "{error}");
     assert!(error.to_lowercase().contains("timeout") || error.to_lowercase().contains("timed out"), "{error}");
@@ -604,6 +603,6 @@ fn nothing_listening_is_an_error_not_a_hang() {
         format!("http://{}/metrics", listener.local_addr().unwrap())
     };
     let mut scraper = Scraper::new(vllm_target(&url), Duration::from_secs(2)).unwrap();
-    let error = ErrorChain(&scraper.scrape().unwrap_err()).to_string();
+    let error = format!("{:#}", scraper.scrape().unwrap_err());
     assert!(error.starts_with(&format!("scraping {url}")), "{error}");
 }

@@ -6,7 +6,6 @@ use std::{sync::Arc, time::Duration};
 use tokio::{sync::mpsc::Sender, time::MissedTickBehavior};
 use tracing::warn;
 
-use crate::error_chain::ErrorChain;
 use crate::telemetry::{
     ClassObservations,
     scrape::{ScrapeTarget, Scraper},
@@ -38,7 +37,7 @@ pub(super) fn spawn(targets: &[ScrapeTarget], every: Duration, tx: Sender<Vec<Cl
                         }
                     }
                     Ok(Ok(_)) => {}
-                    Ok(Err(e)) => warn!("scrape failed: {}", ErrorChain(&e)),
+                    Ok(Err(e)) => warn!("scrape failed: {e}"),
                     Err(e) => warn!("scrape task failed: {e}"),
                 }
             }

@@ -11,6 +11,7 @@ use redis::{
 };
 
 use super::settings::FleetSettings;
+use crate::error_chain::ErrorChain;
 
 /// What the host says of one tenant each tick.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -57,22 +58,22 @@ pub struct Grants {
 /// they run out, then falls back to local shares.
 #[derive(Debug, thiserror::Error)]
 pub enum FleetError {
-    #[error("the Redis address")]
-    Address(#[source] RedisError),
-    #[error("the TLS roots in fleet.tls.ca_file")]
-    TlsRoots(#[source] RedisError),
-    #[error("the Redis client")]
-    Client(#[source] RedisError),
+    #[error("the Redis address: {}", ErrorChain(.0))]
+    Address(RedisError),
+    #[error("the TLS roots in fleet.tls.ca_file: {}", ErrorChain(.0))]
+    TlsRoots(RedisError),
+    #[error("the Redis client: {}", ErrorChain(.0))]
+    Client(RedisError),
     /// Connecting, TLS, AUTH (a wrong password) or the connection timeout.
-    #[error("connecting to Redis")]
-    Connect(#[source] RedisError),
-    /// Holds the script's name (`report`, `ack`).
-    #[error("running the {0} script")]
-    Script(&'static str, #[source] RedisError),
+    #[error("connecting to Redis: {}", ErrorChain(.0))]
+    Connect(RedisError),
+    /// `script` is `report` or `ack`.
+    #[error("running the {script} script: {}", ErrorChain(error))]
+    Script { script: &'static str, error: RedisError },
     #[error("the report script answered {0} fields")]
     ReplyLength(usize),
-    #[error("field {index} of the report's answer: {value:?}")]
-    ReplyField { index: usize, value: String, source: std::num::ParseFloatError },
+    #[error("field {index} of the report's answer is not a number: {value:?}")]
+    ReplyField { index: usize, value: String },
 }
 
 pub struct Exchange {
@@ -173,7 +174,8 @@ impl Exchange {
                 .arg(held.remaining.as_millis() as u64);
         }
         let connection = self.connection.as_mut().expect("connected above");
-        let reply: Vec<String> = call.invoke_async(connection).await.map_err(|e| FleetError::Script("report", e))?;
+        let reply: Vec<String> =
+            call.invoke_async(connection).await.map_err(|e| FleetError::Script { script: "report", error: e })?;
         parse_report(&reply, settings.tenants.len())
     }
 
@@ -186,7 +188,7 @@ impl Exchange {
         }
         call.arg(&settings.host).arg(self.seq.to_string());
         let connection = self.connection.as_mut().expect("connected above");
-        let _: i64 = call.invoke_async(connection).await.map_err(|e| FleetError::Script("ack", e))?;
+        let _: i64 = call.invoke_async(connection).await.map_err(|e| FleetError::Script { script: "ack", error: e })?;
         Ok(())
     }
 }
@@ -200,7 +202,7 @@ fn parse_report(reply: &[String], tenants: usize) -> Result<Grants, FleetError> 
     }
     let number = |index: usize| {
         let value = &reply[index];
-        value.parse::<f64>().map_err(|source| FleetError::ReplyField { index, value: value.clone(), source })
+        value.parse::<f64>().map_err(|_| FleetError::ReplyField { index, value: value.clone() })
     };
     let now_ms = number(0)?;
     let mut grants = Grants { tenants: Vec::new(), ack_needed: false, grace: reply[1] == "1" };

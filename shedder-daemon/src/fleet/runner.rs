@@ -11,8 +11,6 @@ use tokio::{
 };
 use tracing::{info, warn};
 
-use crate::error_chain::ErrorChain;
-
 use super::{
     exchange::{Exchange, TenantUsage},
     leases::{FleetState, LeaseBook, Shares},
@@ -68,7 +66,7 @@ pub async fn run<F, Fut>(
     let mut exchange = match Exchange::new(&settings, settings.tick) {
         Ok(exchange) => exchange,
         Err(e) => {
-            warn!("fleet: {}; local shares only", ErrorChain(&e));
+            warn!("fleet: {e}; local shares only");
             return;
         }
     };
@@ -122,7 +120,7 @@ pub async fn run<F, Fut>(
                     }
                 }
                 Ok(Err(e)) => {
-                    last_error = ErrorChain(&e).to_string();
+                    last_error = e.to_string();
                     fail(&mut book, &mut exchange);
                 }
                 Err(_) => {

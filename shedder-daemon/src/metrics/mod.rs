@@ -36,7 +36,6 @@ use distributions::{ClassLabel, OutcomeLabel};
 
 use crate::{
     daemon::{Daemon, DaemonHandle},
-    error_chain::ErrorChain,
     fastpath::FastpathError,
     fleet::{FleetState, FleetView},
     listen::AcceptErrors,
@@ -143,10 +142,10 @@ pub enum MetricsError {
     /// Reading the fast path's counters (the error names the map).
     #[error(transparent)]
     Fastpath(#[from] FastpathError),
-    #[error("encoding metrics")]
+    #[error("encoding metrics: {0}")]
     Encode(#[from] std::fmt::Error),
-    #[error("binding the metrics endpoint {addr}")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("binding the metrics endpoint {addr}: {error}")]
+    Bind { addr: SocketAddr, error: std::io::Error },
 }
 
 /// The whole exposition, read from the daemon at one moment.
@@ -329,14 +328,14 @@ async fn respond<B>(daemon: &DaemonHandle, request: &Request<B>) -> Response<Ful
     }
     match daemon.call(|d| render(d)).await {
         Ok(Ok(text)) => reply(StatusCode::OK, "application/openmetrics-text; version=1.0.0; charset=utf-8", text),
-        Ok(Err(e)) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("{}\n", ErrorChain(&e))),
+        Ok(Err(e)) => reply(StatusCode::INTERNAL_SERVER_ERROR, "text/plain", format!("{e}\n")),
         Err(gone) => reply(StatusCode::SERVICE_UNAVAILABLE, "text/plain", format!("{gone}\n")),
     }
 }
 
 /// Binds the metrics endpoint (fails early on a bad or busy address).
 pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, MetricsError> {
-    tokio::net::TcpListener::bind(addr).await.map_err(|source| MetricsError::Bind { addr, source })
+    tokio::net::TcpListener::bind(addr).await.map_err(|error| MetricsError::Bind { addr, error })
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ use nvml_wrapper::error::NvmlError;
 use tracing::{info, warn};
 
 use super::GpuReading;
+use crate::error_chain::ErrorChain;
 
 /// Where GPU readings come from. One call per controller tick.
 ///
@@ -43,11 +44,11 @@ pub trait GpuSource: Send {
 #[derive(Debug, thiserror::Error)]
 pub enum GpuError {
     /// Opening NVML: the library or the kernel driver is missing.
-    #[error("{call}")]
-    Open { call: &'static str, source: NvmlError },
+    #[error("{call}: {}", ErrorChain(error))]
+    Open { call: &'static str, error: NvmlError },
     /// Reading one GPU (it fell off the bus, the driver was reloaded).
-    #[error("GPU {index}: {what}")]
-    Device { index: u32, what: &'static str, source: NvmlError },
+    #[error("GPU {index}: {what}: {}", ErrorChain(error))]
+    Device { index: u32, what: &'static str, error: NvmlError },
     /// A failure a [`FakeGpu`] was scripted to report.
     #[error("{0}")]
     Scripted(String),
@@ -67,12 +68,20 @@ pub fn open_gpu_source() -> Box<dyn GpuSource> {
         Err(error) => {
             // The root cause reads best: "libnvidia-ml.so.1: cannot open
             // shared object file: …", or "NVIDIA driver is not loaded".
-            let root = std::iter::successors(Some(&error as &dyn Error), |e| (*e).source());
-            let reason = root.last().map(ToString::to_string).unwrap_or_default();
+            let reason = root_cause(&error);
             warn!("no GPU telemetry: NVML unavailable ({reason}); the GPU gate is disabled");
             Box::new(NoGpu { reason })
         }
     }
+}
+
+/// NVML's innermost cause, which reads best on its own.
+fn root_cause(error: &GpuError) -> String {
+    let nvml: &dyn Error = match error {
+        GpuError::Open { error, .. } | GpuError::Device { error, .. } => error,
+        GpuError::Scripted(_) => error,
+    };
+    std::iter::successors(Some(nvml), |e| (*e).source()).last().map_or_else(String::new, ToString::to_string)
 }
 
 /// Real GPUs through NVML: per device, utilisation and memory.
@@ -86,9 +95,8 @@ impl Nvml {
     /// Loads `libnvidia-ml.so.1` and initialises it. Fails, without side
     /// effects, when the library or the kernel driver is missing.
     pub fn open() -> Result<Self, GpuError> {
-        let nvml = nvml_wrapper::Nvml::init().map_err(|source| GpuError::Open { call: "nvmlInit", source })?;
-        let device_count =
-            nvml.device_count().map_err(|source| GpuError::Open { call: "nvmlDeviceGetCount", source })?;
+        let nvml = nvml_wrapper::Nvml::init().map_err(|error| GpuError::Open { call: "nvmlInit", error })?;
+        let device_count = nvml.device_count().map_err(|error| GpuError::Open { call: "nvmlDeviceGetCount", error })?;
         let driver_version = nvml.sys_driver_version().unwrap_or_else(|_| "unknown".into());
         Ok(Self { nvml, device_count, driver_version })
     }
@@ -103,7 +111,7 @@ impl GpuSource for Nvml {
     fn read(&mut self) -> Result<Vec<GpuReading>, GpuError> {
         (0..self.device_count)
             .map(|index| {
-                let failed = |what| move |source| GpuError::Device { index, what, source };
+                let failed = |what| move |error| GpuError::Device { index, what, error };
                 let device = self.nvml.device_by_index(index).map_err(failed("handle"))?;
                 let utilization = device.utilization_rates().map_err(failed("utilisation"))?;
                 let memory = device.memory_info().map_err(failed("memory"))?;

@@ -78,11 +78,11 @@ pub enum ExpositionError {
     #[error("{family}: expected a {expected}, the exporter says {actual}")]
     WrongType { family: &'static str, expected: &'static str, actual: String },
     #[error("{family}: value {raw:?} is not a number")]
-    NotANumber { family: String, raw: String, source: std::num::ParseFloatError },
+    NotANumber { family: String, raw: String },
     #[error("{0}: a bucket sample without an le label")]
     NoBound(String),
     #[error("{family}: bucket bound le={raw:?} is not a number")]
-    BadBound { family: String, raw: String, source: std::num::ParseFloatError },
+    BadBound { family: String, raw: String },
 }
 
 /// Parses an exposition and keeps `families`, for the models in `models`
@@ -148,18 +148,13 @@ fn series_of(metric: &Metric, kind: Kind) -> Result<Vec<(LabelSet, Reading)>, Ex
             _ => continue,
         };
         let raw = sample.value.value.as_str();
-        let not_a_number =
-            |source| ExpositionError::NotANumber { family: metric.name.clone(), raw: raw.into(), source };
+        let not_a_number = |_| ExpositionError::NotANumber { family: metric.name.clone(), raw: raw.into() };
         let value: f64 = raw.parse().map_err(not_a_number)?;
         let mut le = None;
         let mut labels = Vec::with_capacity(sample.labels.len());
         for label in sample.labels.iter() {
             if part == Part::Bucket && label.key == "le" {
-                let bad_bound = |source| ExpositionError::BadBound {
-                    family: metric.name.clone(),
-                    raw: label.value.clone(),
-                    source,
-                };
+                let bad_bound = |_| ExpositionError::BadBound { family: metric.name.clone(), raw: label.value.clone() };
                 le = Some(label.value.parse::<f64>().map_err(bad_bound)?);
             } else {
                 labels.push((label.key.clone(), unescape(&label.value)));

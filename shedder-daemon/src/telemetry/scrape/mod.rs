@@ -71,6 +71,7 @@ use super::{
     freshness::{GaugeReading, GaugeWatch},
     live_queue::{self, LiveInputs, Throughput},
 };
+use crate::error_chain::ErrorChain;
 use coverage::Need;
 pub use coverage::missing_families;
 use delta::{Deltas, SeriesId};
@@ -191,11 +192,11 @@ pub enum ScrapeError {
     #[error("models.{0:?}: empty class name")]
     EmptyClass(String),
     /// Connecting, the HTTP status, the timeout or reading the body.
-    #[error("scraping {url}")]
-    Fetch { url: String, source: Box<ureq::Error> },
+    #[error("scraping {url}: {}", ErrorChain(error.as_ref()))]
+    Fetch { url: String, error: Box<ureq::Error> },
     /// The body is not an exposition shedder can use.
-    #[error("scraping {url}")]
-    Exposition { url: String, source: ExpositionError },
+    #[error("scraping {url}: {error}")]
+    Exposition { url: String, error: ExpositionError },
 }
 
 /// Fetches a target over HTTP and turns each scrape into the interval's
@@ -246,11 +247,11 @@ impl Scraper {
                 .limit(MAX_BODY_BYTES)
                 .read_to_string()
         })()
-        .map_err(|source| ScrapeError::Fetch { url: url.clone(), source: Box::new(source) })?;
+        .map_err(|error| ScrapeError::Fetch { url: url.clone(), error: Box::new(error) })?;
         let observations = self
             .state
             .ingest(&body, self.started.elapsed())
-            .map_err(|source| ScrapeError::Exposition { url: url.clone(), source })?;
+            .map_err(|error| ScrapeError::Exposition { url: url.clone(), error })?;
         coverage::publish(&url, &self.state.missing_families);
         Ok(observations)
     }
