@@ -25,13 +25,14 @@ use std::{
     time::Duration,
 };
 
-use anyhow::Context as _;
 use tokio::{
     io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader},
     net::{UnixListener, UnixStream},
     sync::Semaphore,
 };
 use tracing::info;
+
+use crate::lock::LockError;
 
 use super::{
     ops,
@@ -90,18 +91,40 @@ pub struct ControlSocket {
     _lock: ExclusiveLock,
 }
 
+/// Why the control socket could not be bound. Nothing is left behind.
+#[derive(Debug, thiserror::Error)]
+pub enum SocketError {
+    /// Another daemon holds the socket's lock.
+    #[error(transparent)]
+    Locked(#[from] LockError),
+    #[error("{} exists and is not a socket; not replacing it", .0.display())]
+    NotASocket(PathBuf),
+    /// A process without the lock listens on it.
+    #[error("{what} is in use by {holder}, which listens on it: {hint}")]
+    InUse { what: String, holder: String, hint: &'static str },
+    #[error("giving {} to group {gid}: {error}", path.display())]
+    Group { path: PathBuf, gid: u32, error: std::io::Error },
+    #[error("{step} {}: {error}", path.display())]
+    Io { step: &'static str, path: PathBuf, error: std::io::Error },
+}
+
 impl ControlSocket {
     /// Binds `path` (creating its directory), mode 0600, or 0660 owned by
     /// `group` when given. A stale socket (its daemon died) is replaced; a
     /// live one, or one whose lock another process holds, is refused, naming
     /// that process.
-    pub fn bind(path: &Path, group: Option<u32>) -> anyhow::Result<Self> {
+    pub fn bind(path: &Path, group: Option<u32>) -> Result<Self, SocketError> {
+        let io = |step: &'static str, at: &Path| {
+            let at = at.to_path_buf();
+            move |error| SocketError::Io { step, path: at, error }
+        };
         if let Some(dir) = path.parent()
             && !dir.as_os_str().is_empty()
             && !dir.exists()
         {
-            std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))?;
+            std::fs::create_dir_all(dir).map_err(io("creating", dir))?;
+            std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755))
+                .map_err(io("opening to all (0755)", dir))?;
         }
         let what = format!("the control socket {}", path.display());
         let hint = "give each daemon its own --socket (the default is one per interface)";
@@ -110,33 +133,35 @@ impl ControlSocket {
         let lock = ExclusiveLock::acquire(Path::new(&lock_path), &what, hint)?;
         if let Ok(meta) = std::fs::symlink_metadata(path) {
             use std::os::unix::fs::FileTypeExt as _;
-            anyhow::ensure!(
-                meta.file_type().is_socket(),
-                "{} exists and is not a socket; not replacing it",
-                path.display()
-            );
+            if !meta.file_type().is_socket() {
+                return Err(SocketError::NotASocket(path.to_path_buf()));
+            }
             // A listener that holds no lock (an older shedder, another program).
             if let Ok(stream) = std::os::unix::net::UnixStream::connect(path) {
                 let holder = nix::sys::socket::getsockopt(&stream, nix::sys::socket::sockopt::PeerCredentials)
                     .map_or_else(|_| "another process".into(), |cred| describe_process(cred.pid() as u32));
-                anyhow::bail!("{what} is in use by {holder}, which listens on it: {hint}");
+                return Err(SocketError::InUse { what, holder, hint });
             }
-            std::fs::remove_file(path).with_context(|| format!("removing stale socket {}", path.display()))?;
+            std::fs::remove_file(path).map_err(io("removing stale socket", path))?;
         }
         // Nobody may connect before the mode is right: bind under a tight umask.
         // SAFETY: umask only swaps the process's file-creation mask.
         let old = unsafe { libc::umask(0o177) };
         let bound = std::os::unix::net::UnixListener::bind(path);
         unsafe { libc::umask(old) };
-        let listener = bound.with_context(|| format!("binding the control socket {}", path.display()))?;
+        let listener = bound.map_err(io("binding the control socket", path))?;
         if let Some(gid) = group {
-            std::os::unix::fs::chown(path, None, Some(gid))
-                .with_context(|| format!("giving {} to group {gid}", path.display()))?;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))?;
+            std::os::unix::fs::chown(path, None, Some(gid)).map_err(|error| SocketError::Group {
+                path: path.to_path_buf(),
+                gid,
+                error,
+            })?;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o660))
+                .map_err(io("opening to the group (0660)", path))?;
         }
-        let meta = std::fs::metadata(path)?;
-        listener.set_nonblocking(true)?;
-        let listener = UnixListener::from_std(listener)?;
+        let meta = std::fs::metadata(path).map_err(io("reading back", path))?;
+        listener.set_nonblocking(true).map_err(io("making non-blocking", path))?;
+        let listener = UnixListener::from_std(listener).map_err(io("registering with the runtime", path))?;
         Ok(Self { listener: Some(listener), path: path.to_path_buf(), identity: (meta.dev(), meta.ino()), _lock: lock })
     }
 
