@@ -8,6 +8,8 @@
 //! p < θ      → reject_deadline (503)              θ = admit_confidence · best_chance
 //!              unless the backend is idle: admit (the sanity guard)
 //! a higher tier's jobs missing their deadlines → reject_tier (503): this tier waits
+//! starting it would leave fewer workers free than the higher tiers' reserve
+//!            → reject_tier (503)              `running` from the server, else scraped
 //! age > max  → reject_stale (503)
 //! retry or hedge, capacity short         → reject_retry (503): shed before first attempts
 //! retry or hedge, over their share       → reject_budget (429)
@@ -58,6 +60,9 @@ pub struct AdmitRequest {
     pub attempt: u32,
     /// A speculative duplicate of a job already running elsewhere.
     pub hedge: bool,
+    /// Jobs the server has in service now, every class, this one not
+    /// counted (None when it does not say).
+    pub running: Option<f64>,
 }
 
 /// The knobs of the answer (per request, or the defaults).
@@ -135,7 +140,8 @@ pub enum Verdict {
     RejectDeadline,
     /// Waited longer than the stale limit.
     RejectStale,
-    /// A higher tier's jobs are missing their deadlines: lower tiers wait.
+    /// A higher tier needs the workers: its jobs are missing their
+    /// deadlines, or this job would take one kept free for it.
     RejectTier,
     /// A retry or hedge while capacity is short.
     RejectRetry,
@@ -229,6 +235,16 @@ pub fn admit<R: Rng + ?Sized>(
             );
             (Verdict::RejectDeadline, drain, false, why)
         }
+    } else if let Some((reserve, running)) =
+        view.reserve.zip(request.running.or(view.running)).filter(|(r, running)| !r.allows(*running))
+    {
+        let why = format!(
+            "{running:.0} of {:.0} workers busy: {:.0} kept free for {} work; queue drains in ~{drain:.0} ms",
+            reserve.capacity,
+            reserve.workers,
+            reserve.for_tier.as_str()
+        );
+        (Verdict::RejectTier, drain, false, why)
     } else if let Some(higher) = view.yields_to.as_ref().filter(|_| !view.idle) {
         let why = format!(
             "{higher}, of a higher tier, is missing deadlines: this tier waits; queue drains in ~{drain:.0} ms"

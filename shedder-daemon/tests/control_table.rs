@@ -49,6 +49,10 @@ const ROWS: &[Row] = &[
         budget: Budget::CutBelow(60.0, "slack"),
     },
     Row { what: "late, then healthy again", phases: &[(LATE, 20), (HEALTHY, 300)], budget: Budget::Full },
+    // A backlog from before the daemon started: nothing healthy to compare with.
+    Row { what: "late from the start", phases: &[(LATE, 100)], budget: Budget::CutBelow(60.0, "slack") },
+    // A backlog from before the daemon started: nothing healthy to compare with.
+    Row { what: "late from the start", phases: &[(LATE, 100)], budget: Budget::CutBelow(60.0, "slack") },
 ];
 
 /// The rate, per second, the fast path holds for `class`.

@@ -167,23 +167,19 @@ fn two_tiers_sharing_workers_protect_the_critical_tier() {
         let before = run(&w, Mode::Enforce, seed, 5.0, 30.0).outcomes[0];
         let j = judge(&w, seed, 30.0, 70.0);
         j.report(&format!("two tiers, seed {seed}, the tail"));
-        // Critical at 90% of its bound (measured, seeds 1 and 2: 96%, 92%).
-        // In total 85%, and the sheddable tier at least half its share
-        // (measured: total 90%, 87%; sheddable 55%, 62%): the tail is
-        // invisible until its first 4 s jobs complete, and by then batch
-        // jobs hold every worker of the one FIFO; protecting critical then
-        // takes running the backend below full load, which the fluid bound
-        // does not pay for.
+        // Critical at 90% of its bound (measured, seeds 1 and 2: 100%,
+        // 100%), in total 90% (95%, 95%), and the sheddable tier at least
+        // half its share (64%, 67%): the workers kept free for critical
+        // cost batch the jobs it would start while the backend is full.
         j.classes_reach("two tiers", 0.9, &[0]);
-        j.total_reaches("two tiers", 0.85);
+        j.total_reaches("two tiers", 0.9);
         j.never_worse_than_off_but("two tiers", &[(1, 0.5)]);
         j.late_under("two tiers", 0, 0.01);
-        // Critical keeps most of its on-time rate from before the tail (the
-        // goal is 90%; measured 95% and 69%).
+        // Critical keeps its on-time rate from before the tail.
         let rate_before = before.on_time as f64 / 25.0;
         let rate_during = j.enforce.outcomes[0].on_time as f64 / 40.0;
         assert!(
-            rate_during >= 0.65 * rate_before,
+            rate_during >= 0.9 * rate_before,
             "critical {rate_during:.1}/s in the tail vs {rate_before:.1}/s before"
         );
     }

@@ -2,7 +2,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
 use super::*;
-use crate::control::{Budget, ClassPolicy, ControlParams, Tier, slack};
+use crate::control::{Budget, ClassPolicy, ControlParams, Reserve, Tier, slack};
 use crate::service_curve::ServiceCurve;
 
 const T0: f64 = 33_120_000.0;
@@ -22,7 +22,24 @@ fn view(curve: ServiceCurve, idle: bool, pressure: bool) -> ClassView {
     s.threshold = 0.95 * s.best_chance;
     s.service_term_ms = curve.quantile(s.threshold);
     s.queue_term_ms = 1_500.0;
-    ClassView { tier: Tier::Standard, curve, slack: s, pressure, idle, yields_to: None, allocation: None, budget: 40.0 }
+    ClassView {
+        tier: Tier::Standard,
+        curve,
+        slack: s,
+        pressure,
+        idle,
+        yields_to: None,
+        allocation: None,
+        budget: 40.0,
+        reserve: None,
+        running: None,
+    }
+}
+
+/// The same class under a critical tier that brings 4 workers' work to 8
+/// workers: 2 are kept free for it. `running` scraped, when given.
+fn below_critical(curve: ServiceCurve, running: Option<f64>) -> ClassView {
+    ClassView { reserve: Reserve::for_demand(8.0, 4.0, Tier::Critical), running, ..view(curve, false, false) }
 }
 
 fn request(age_ms: f64) -> AdmitRequest {
@@ -32,6 +49,7 @@ fn request(age_ms: f64) -> AdmitRequest {
         now_ms: T0 + age_ms,
         attempt: 1,
         hedge: false,
+        running: None,
     }
 }
 
@@ -100,6 +118,41 @@ fn verdicts_follow_the_chance_of_finishing_in_time() {
             AdmitRequest { queue_age: QueueAge::AgeMs(20_000.0), ..request(0.0) },
             Verdict::RejectStale,
             Some(503),
+        ),
+        (
+            "below a higher tier, 5 of 8 workers busy",
+            below_critical(short.clone(), None),
+            AdmitRequest { running: Some(5.0), ..request(0.0) },
+            Verdict::Admit,
+            None,
+        ),
+        (
+            "below a higher tier, 6 of 8 busy: it would take a reserved worker",
+            below_critical(short.clone(), None),
+            AdmitRequest { running: Some(6.0), ..request(0.0) },
+            Verdict::RejectTier,
+            Some(503),
+        ),
+        (
+            "the server does not say: the scraped running count stands in",
+            below_critical(short.clone(), Some(7.0)),
+            request(0.0),
+            Verdict::RejectTier,
+            Some(503),
+        ),
+        (
+            "the server's own count wins over a scrape",
+            below_critical(short.clone(), Some(7.0)),
+            AdmitRequest { running: Some(2.0), ..request(0.0) },
+            Verdict::Admit,
+            None,
+        ),
+        (
+            "nobody says how busy: no reserve check",
+            below_critical(short.clone(), None),
+            request(0.0),
+            Verdict::Admit,
+            None,
         ),
     ];
     let mut rng = SmallRng::seed_from_u64(1);

@@ -227,6 +227,7 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
         now_ms: request.now_ms,
         attempt,
         hedge: request.hedge,
+        running: request.running.map(f64::from),
     };
     let ledger = control.admissions();
     let decision = admit(

@@ -401,6 +401,13 @@ pub struct Admit {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub hedge: bool,
+    /// Jobs the server has in service now, every class, this one not
+    /// counted: a lower tier's job is refused while it would take a worker
+    /// kept free for a higher tier. Without it, scraped running gauges
+    /// stand in where there are any.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub running: Option<u32>,
     /// The knobs, as JSON; by default the class's margin and a stale limit
     /// of [`DEFAULT_MAX_QUEUE_AGE_MS`].
     #[arg(long, value_parser = args::json::<AdmitPolicy>)]

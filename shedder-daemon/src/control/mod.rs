@@ -46,6 +46,12 @@
 //!   cut where its filler is, not where it hurts); the class's own tier is
 //!   trimmed job by job by admission. With a learnt or guessed capacity it
 //!   may cut any tier, since the capacity itself may be wrong.
+//! * **Workers kept free** ([`reserve`]): a lower tier's job may start
+//!   only while, with it, a few workers stay free for higher tiers with work
+//!   coming: rates cannot stop a burst of long jobs taking every worker.
+//! * **The queue hold** ([`hold`]): a queue standing past the room while the
+//!   rates see no overload (a backlog from before the daemon started) is
+//!   drained out of what admission may use.
 //! * **Wasted admissions**: jobs the fast path let in that `admit` then
 //!   refused. While a class is limited, its budget gives up that share of
 //!   its headroom, so the NIC carries the refusals (nanoseconds) instead of
@@ -70,8 +76,10 @@ mod allocate;
 pub mod capacity;
 pub mod decision;
 pub mod gate;
+pub mod hold;
 mod law;
 pub mod queueing;
+pub mod reserve;
 pub mod safety;
 pub mod slack;
 pub mod tier;
@@ -86,7 +94,9 @@ use allocate::{Claim, allocate};
 pub use capacity::{CapacityModel, CapacitySource};
 pub use decision::{Action, Decision, DecisionLog};
 pub use gate::{GateParams, GpuSummary};
+pub use hold::Hold;
 use law::{Law, Move};
+pub use reserve::Reserve;
 pub use slack::{Slack, Stale, slack};
 pub use tier::Tier;
 
@@ -471,6 +481,13 @@ pub struct ClassView {
     pub allocation: Option<f64>,
     /// The published budget, tokens/s.
     pub budget: f64,
+    /// Workers this class's jobs must leave free for higher tiers with work
+    /// coming (see [`reserve`]); None for the highest tier with demand.
+    pub reserve: Option<Reserve>,
+    /// Jobs in service on the backend, from scraped running gauges, when
+    /// every class with demand has a fresh one: what `admit` checks the
+    /// reserve against when the server does not say.
+    pub running: Option<f64>,
 }
 
 /// The capacity model at the last tick, for decisions and `status`.
@@ -489,6 +506,8 @@ pub struct CapacityPlan {
     pub backlogged: bool,
     /// The class whose slack the law acted on.
     pub pressure_class: Option<String>,
+    /// The queue hold: a standing queue past half the room is drained.
+    pub hold: Hold,
 }
 
 /// What the control loop measured for one tick.
@@ -685,6 +704,12 @@ impl Controller {
             adaptive.iter().map(|name| self.policies[*name].capacity() * slacks[*name].mean_service_ms / 1000.0).sum();
         let (capacity, source) = self.capacity.capacity(p.workers, max_rates);
         let capacity = capacity.max(f64::MIN_POSITIVE);
+        let running: Option<f64> = adaptive
+            .iter()
+            .filter(|n| asked(n) > 0.0)
+            .map(|n| slacks[*n].running.map(|r| r as f64))
+            .sum::<Option<f64>>()
+            .filter(|_| adaptive.iter().any(|n| asked(n) > 0.0));
 
         // What each controlled class asks of the backend, worker-seconds/s.
         let decay = (-dt_s / DEMAND_MEMORY_S).exp();
@@ -774,10 +799,30 @@ impl Controller {
             .map(|(n, _)| work(input.admitted, n))
             .sum();
         let available = (effective - static_work).max(0.0);
+        // A queue standing past the room while the rates see no
+        // overload is drained out of what admission may use (see `hold`).
+        // Where the rates do see it, the allotments already cut, and the
+        // hold would answer the same queue twice on lagging readings.
+        let hold = match source {
+            CapacitySource::MaxRates => Hold::default(),
+            _ if demand > available => Hold::default(),
+            _ => Hold::measure(
+                adaptive.iter().filter(|n| asked(n) > 0.0 && slacks[**n].has_evidence()).map(|n| {
+                    let s = &slacks[*n];
+                    (s.queue_term_ms, s.deadline_ms - s.safety_ms - s.service_term_ms)
+                }),
+                capacity,
+            ),
+        };
+        let admission = hold.admission(available);
+        // With no queue to buffer them, budgets carry headroom so that
+        // arrivals' randomness does not idle workers; a queue being drained
+        // is buffer enough.
+        let headroom = if hold.draining() { 0.0 } else { p.headroom };
         // The allotments bind only with overload in evidence (a backlog, or
         // a law that has cut): a demand estimate above capacity with no queue
         // behind it is noise, and refusing on it would cost work that fits.
-        let binding = demand > available && (backlogged || effective < capacity);
+        let binding = demand > admission && (backlogged || effective < capacity);
         // The load each tier can take while its jobs still clear the shared
         // queue in time (see `queueing`): from the mix of work now offered.
         let (mut rate_sum, mut mean_sum, mut m2_sum) = (0.0, 0.0, 0.0);
@@ -804,7 +849,7 @@ impl Controller {
                 .get(&tier)
                 .map_or(f64::INFINITY, |room| capacity * queueing::max_utilisation(capacity, mix_mean, mix_cs2, *room))
         };
-        let shares = allocate(available, &claims, ceiling);
+        let shares = allocate(admission, &claims, ceiling);
         let allocation: BTreeMap<&String, f64> = adaptive.iter().copied().zip(shares).collect();
         self.plan = CapacityPlan {
             capacity,
@@ -814,7 +859,21 @@ impl Controller {
             demand,
             backlogged,
             pressure_class: pressure_class.clone(),
+            hold,
         };
+
+        // Workers each class must leave free for the tiers above it.
+        let reserves: BTreeMap<&String, Option<Reserve>> = adaptive
+            .iter()
+            .map(|n| {
+                let tier = self.policies[*n].tier;
+                let higher = claims.iter().filter(|c| c.tier < tier);
+                let top = higher.clone().map(|c| c.tier).min();
+                let demand: f64 = higher.map(|c| c.demand).sum();
+                let known = source != CapacitySource::MaxRates;
+                (*n, top.filter(|_| known).and_then(|top| Reserve::for_demand(capacity, demand, top)))
+            })
+            .collect();
 
         // Higher-tier classes whose jobs are losing their chance to the wait.
         let pressed: Vec<(Tier, &String)> = adaptive
@@ -847,26 +906,29 @@ impl Controller {
                     } else {
                         let share = allocation[name];
                         let mut words = Vec::new();
+                        if hold.draining() {
+                            words.push(hold.words());
+                        }
                         let mut target = if binding && share < state.demand {
                             words.push(format!(
-                                "demand {demand:.2} > available {available:.2} worker-s/s: {} class, weight {}, \
+                                "demand {demand:.2} > available {admission:.2} worker-s/s: {} class, weight {}, \
                                  allotted {share:.2} worker-s/s = {:.2} jobs/s at mean service {:.0} ms, +{:.0}% headroom",
                                 policy.tier.as_str(),
                                 policy.weight,
                                 share * 1000.0 / s.mean_service_ms.max(1e-9),
                                 s.mean_service_ms,
-                                p.headroom * 100.0
+                                headroom * 100.0
                             ));
-                            share * 1000.0 / s.mean_service_ms.max(1e-9) * (1.0 + p.headroom)
+                            share * 1000.0 / s.mean_service_ms.max(1e-9) * (1.0 + headroom)
                         } else if binding {
                             words.push(format!(
-                                "demand {demand:.2} > available {available:.2} worker-s/s, but the {} tier's \
+                                "demand {demand:.2} > available {admission:.2} worker-s/s, but the {} tier's \
                                  allotment covers this class's {share:.2}: no limit",
                                 policy.tier.as_str()
                             ));
                             max_rate
                         } else {
-                            words.push(format!("demand {demand:.2} <= available {available:.2} worker-s/s: no limit"));
+                            words.push(format!("demand {demand:.2} <= available {admission:.2} worker-s/s: no limit"));
                             max_rate
                         };
                         // Work the fast path let in only for `admit` to refuse it
@@ -879,7 +941,7 @@ impl Controller {
                         let waste =
                             if admitted > 0.0 { (rate_of(input.wasted, name) / admitted).min(1.0) } else { 0.0 };
                         if binding && share < state.demand && waste > p.waste_tolerance {
-                            let keep = (1.0 - waste).max(1.0 / (1.0 + p.headroom));
+                            let keep = (1.0 - waste).max(1.0 / (1.0 + headroom));
                             words.push(format!(
                                 "admit refused {:.0}% of what the fast path let in: budget x{keep:.2}",
                                 waste * 100.0
@@ -944,6 +1006,8 @@ impl Controller {
                     yields_to: pressed.iter().find(|(t, _)| *t < policy.tier).map(|(_, n)| (*n).clone()),
                     allocation: binding.then(|| allocation.get(name).copied()).flatten(),
                     budget: state.published,
+                    reserve: reserves.get(name).copied().flatten(),
+                    running,
                 },
             );
         }

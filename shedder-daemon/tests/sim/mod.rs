@@ -306,6 +306,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         now_ms: t,
                         attempt: 1,
                         hedge: false,
+                        running: Some(workers.iter().flatten().count() as f64),
                     };
                     let d = admit(&request, view, &policy, 0.0, params.retry_share_max, &mut rng);
                     if d.verdict != Verdict::Admit {

@@ -62,7 +62,7 @@ impl Load {
         self.queued.load(Ordering::Relaxed)
     }
 
-    fn busy(&self) -> usize {
+    pub fn busy(&self) -> usize {
         self.busy.load(Ordering::Relaxed)
     }
 }

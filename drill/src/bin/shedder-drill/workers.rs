@@ -197,6 +197,8 @@ impl Worker {
             "queue_age_ms": queue_age_ms,
             "attempt": job.attempt,
             "hedge": job.hedge,
+            // What the server runs besides this job, as a server knows it.
+            "running": self.load.busy().saturating_sub(1),
             // The daemon's defaults, at the run's time scale; nothing is ever stale.
             "policy": {
                 "max_queue_age_ms": 1e9,

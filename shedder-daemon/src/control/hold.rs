@@ -1,0 +1,123 @@
+//! The queue hold: a standing queue longer than the deadlines can absorb is
+//! drained, though the rates see no overload.
+//!
+//! The capacity model works in rates: admit what the workers finish. A
+//! queue that already stands (a backlog from before the daemon started, or
+//! one the rates let build) is invisible to it: arrivals equal to
+//! completions keep it exactly as long as it is, and every job in it waits
+//! that long. So while the rates see no overload (demand within capacity)
+//! and the wait exceeds a target, admission is held below capacity by the
+//! excess work, spread over [`DRAIN_S`]. (Where the rates do see overload,
+//! the allotments already cut, and a second answer to the same queue, on
+//! readings that lag, only idles workers.)
+//!
+//! ```text
+//! target    = room           room = deadline − safety − service term, the
+//!                            wait a job can take and keep its on-time chance
+//!                            (the tightest class with work offered)
+//! excess    = (wait − target) · capacity          worker-seconds queued too many
+//! admission = max(available − excess / DRAIN_S, available / 2)
+//! ```
+//!
+//! The whole room: a queue shorter than that costs no job its chance and
+//! keeps every worker fed, so a busy but healthy backend, whose waits come
+//! and go, is never held; a longer one makes every job in it a likely miss.
+//! (Half the room was tried: with a long service tail the wait readings,
+//! taken as jobs leave the queue and lagging by seconds, cross it often
+//! enough that the hold flapped and idled workers.)
+
+use serde::Serialize;
+
+/// Over how long the excess is drained, s: a few times the lag of the wait
+/// readings (about a second), so that the drain does not overshoot into an
+/// empty queue.
+pub const DRAIN_S: f64 = 2.0;
+
+/// The least share of the available capacity admission keeps while
+/// draining: the wait readings lag the queue by seconds when few jobs leave
+/// it, and a hold that shut admission on them would idle the workers after
+/// the queue is gone.
+pub const MIN_ADMISSION: f64 = 0.5;
+
+/// The hold at one tick.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Hold {
+    /// The queue's wait, ms: the longest queue term among classes with work offered.
+    pub wait_ms: f64,
+    /// The room of the tightest class, ms.
+    pub target_ms: f64,
+    /// Worker-seconds per second taken off admission to drain the excess.
+    pub drain: f64,
+}
+
+impl Hold {
+    /// From each class's (queue term, room) in ms, for classes with work
+    /// offered and measured waits; `capacity` in worker-seconds per second.
+    pub fn measure(classes: impl IntoIterator<Item = (f64, f64)>, capacity: f64) -> Hold {
+        let (mut wait_ms, mut room_ms) = (0.0_f64, f64::INFINITY);
+        for (wait, room) in classes {
+            wait_ms = wait_ms.max(wait);
+            room_ms = room_ms.min(room.max(0.0));
+        }
+        if !room_ms.is_finite() {
+            return Hold::default();
+        }
+        let target_ms = room_ms;
+        let excess = (wait_ms - target_ms).max(0.0) / 1000.0 * capacity;
+        Hold { wait_ms, target_ms, drain: if capacity.is_finite() { excess / DRAIN_S } else { 0.0 } }
+    }
+
+    /// A standing queue is being drained.
+    pub fn draining(&self) -> bool {
+        self.drain > 0.0
+    }
+
+    /// What admission may use out of `available` worker-seconds per second.
+    pub fn admission(&self, available: f64) -> f64 {
+        (available - self.drain).max(available * MIN_ADMISSION)
+    }
+
+    /// The hold in words, for decisions; empty when it does not bind.
+    pub fn words(&self) -> String {
+        if !self.draining() {
+            return String::new();
+        }
+        format!(
+            "queue wait {:.0} ms over its hold of {:.0} ms: draining {:.2} worker-s/s, no headroom",
+            self.wait_ms, self.target_ms, self.drain
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drains_only_a_queue_past_the_room() {
+        /// (classes' (wait, room) ms, capacity, drain worker-s/s)
+        type Case<'a> = (&'a [(f64, f64)], f64, f64);
+        let cases: &[Case] = &[
+            (&[(300.0, 2_000.0)], 8.0, 0.0),                 // a healthy busy queue
+            (&[(2_000.0, 2_000.0)], 8.0, 0.0),               // at the target
+            (&[(3_000.0, 1_000.0)], 8.0, 8.0),               // 2 s over: 16 worker-s over 2 s
+            (&[(400.0, 3_000.0), (400.0, 300.0)], 8.0, 0.4), // the tightest class sets it
+            (&[(100.0, -50.0)], 8.0, 0.4),                   // no room at all: any wait is too much
+            (&[], 8.0, 0.0),                                 // nobody offers work
+            (&[(3_000.0, 1_000.0)], f64::INFINITY, 0.0),     // no capacity known
+        ];
+        for &(classes, capacity, drain) in cases {
+            let hold = Hold::measure(classes.iter().copied(), capacity);
+            assert!((hold.drain - drain).abs() < 1e-9, "{classes:?}: {hold:?}");
+            assert_eq!(hold.draining(), drain > 0.0);
+            assert_eq!(hold.admission(5.0), (5.0 - drain).max(2.5));
+        }
+        // Never below half of what is available: the readings lag.
+        assert_eq!(Hold::measure([(9_000.0, 1_000.0)], 8.0).admission(5.0), 2.5);
+        assert_eq!(Hold::measure([(300.0, 2_000.0)], 8.0).words(), "");
+        assert_eq!(
+            Hold::measure([(3_000.0, 1_000.0)], 8.0).words(),
+            "queue wait 3000 ms over its hold of 1000 ms: draining 8.00 worker-s/s, no headroom"
+        );
+    }
+}
