@@ -29,6 +29,13 @@ use crate::{
 
 /// How far back the per-class rates are measured.
 const RATE_HORIZON: Duration = Duration::from_secs(1);
+/// A tenant's demand also reads its rate over the last this many ticks, so
+/// that a rise shows (and its share follows, locally and in the fleet)
+/// within two ticks instead of after the horizon's second.
+const DEMAND_RISE_TICKS: u32 = 2;
+/// ...when at least this many connections back it: fewer are too few to
+/// tell a rise from chance (10 events: a ±30% reading).
+const DEMAND_RISE_EVENTS: u64 = 10;
 /// Recent decisions kept for the control socket's `decisions` op.
 const DECISIONS_KEPT: usize = 1024;
 
@@ -193,7 +200,15 @@ impl ControlLoop {
         let count = |f: fn(&shedder_common::maps::TenantCounters) -> u64| {
             snapshots.iter().map(|s| (s.name.clone(), f(&s.counters))).collect()
         };
-        let offered = self.tenant_offered.update(now, count(|c| c.offered()));
+        let mut offered = self.tenant_offered.update(now, count(|c| c.offered()));
+        // Demand rises at once and falls over the horizon: a tenant whose
+        // clients step up must not wait a second for its share.
+        let tick = Duration::from_millis(self.controller.params().tick_ms);
+        for (tenant, rate) in self.tenant_offered.recent(tick * DEMAND_RISE_TICKS, DEMAND_RISE_EVENTS) {
+            if let Some(horizon) = offered.get_mut(&tenant) {
+                *horizon = horizon.max(rate);
+            }
+        }
         let admitted_totals: BTreeMap<String, u64> = count(|c| c.admitted);
         let admitted = self.tenant_admitted.update(now, admitted_totals.clone());
         let loads: Vec<TenantLoad> = self
@@ -285,6 +300,21 @@ impl CounterRates {
             .map(|(class, n)| (class.clone(), n.saturating_sub(old.get(class).copied().unwrap_or(0)) as f64 / span))
             .collect()
     }
+
+    /// The rates over the newest stretch of at least `span`, for counters
+    /// that rose by at least `min_events` in it (the others are left out).
+    fn recent(&self, span: Duration, min_events: u64) -> BTreeMap<String, f64> {
+        let Some((now, new)) = self.history.back() else { return BTreeMap::new() };
+        let Some((then, old)) = self.history.iter().rev().find(|(t, _)| now.saturating_sub(*t) >= span) else {
+            return BTreeMap::new();
+        };
+        let secs = now.saturating_sub(*then).as_secs_f64();
+        new.iter()
+            .map(|(name, n)| (name, n.saturating_sub(old.get(name).copied().unwrap_or(0))))
+            .filter(|(_, events)| *events >= min_events)
+            .map(|(name, events)| (name.clone(), events as f64 / secs))
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -307,5 +337,24 @@ mod tests {
         // 10 per 100 ms is 100/s, whatever the window's exact length.
         assert!((last["a"] - 100.0).abs() < 1e-9, "{last:?}");
         assert!(rates.history.len() <= 12, "history is trimmed to the horizon");
+    }
+
+    #[test]
+    fn a_rise_shows_in_the_recent_rate_within_the_span() {
+        let mut rates = CounterRates::default();
+        // 100/s for two seconds...
+        for tick in 0..=20u64 {
+            rates.update(Duration::from_millis(tick * 100), counts(tick * 10));
+        }
+        // ...then two ticks at 1000/s: the horizon still reads 280/s.
+        rates.update(Duration::from_millis(2_100), counts(300));
+        let horizon = rates.update(Duration::from_millis(2_200), counts(400));
+        assert!((horizon["a"] - 280.0).abs() < 1e-9, "{horizon:?}");
+        let recent = rates.recent(Duration::from_millis(200), 10);
+        assert!((recent["a"] - 1000.0).abs() < 1e-9, "{recent:?}");
+        // Too few events to tell a rise from chance: left out.
+        assert!(rates.recent(Duration::from_millis(200), 201).is_empty());
+        // No stretch that long yet: nothing.
+        assert!(CounterRates::default().recent(Duration::from_millis(200), 1).is_empty());
     }
 }

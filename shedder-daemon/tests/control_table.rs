@@ -13,6 +13,7 @@ use shedder_daemon::{
     fastpath::{Fastpath, memory::MemoryFastpath},
     telemetry::samples::JobSample,
 };
+use shedder_testbed::packets::{SERVER_V4, TcpFrame};
 
 const CONFIG: &str = include_str!("../../tests/fixtures/controlled_class.toml");
 
@@ -100,4 +101,62 @@ fn the_budget_the_controller_decides_is_the_one_the_fast_path_enforces() {
         assert!(fastpath.heartbeat().unwrap() > 0, "{what}: every tick writes the heartbeat");
         assert_eq!(memory_bed::syn(&fastpath, 9000), Outcome::Admitted, "{what}: the open class admits");
     }
+}
+
+/// Two tenants of 200/s each behind one open class.
+const TENANTS: &str = r#"
+mode = "enforce"
+default_class = "open"
+
+[[class]]
+name = "open"
+rate = 1e9
+burst = 1e9
+action = "drop"
+
+[[tenant]]
+name = "rising"
+cidrs = ["10.7.1.0/24"]
+rate = 200
+burst = 1000
+
+[[tenant]]
+name = "quiet"
+cidrs = ["10.7.2.0/24"]
+rate = 200
+burst = 1000
+"#;
+
+/// The rate, per second, the fast path holds for `tenant`'s bucket.
+fn tenant_rate(fastpath: &MemoryFastpath, tenant: &str) -> f64 {
+    let snapshots = fastpath.tenant_snapshots().unwrap();
+    let snapshot = snapshots.iter().find(|s| s.name == tenant).expect("the tenant is in the fast path");
+    snapshot.bucket.rate_milli as f64 / 1000.0
+}
+
+#[test]
+fn a_tenant_whose_demand_rises_has_the_lent_share_within_two_ticks() {
+    let (mut daemon, fastpath) = memory_bed::daemon(TENANTS);
+    let send = |third_octet: u8, n: u16| {
+        for i in 0..n {
+            let frame = TcpFrame::v4([10, 7, third_octet, 2], SERVER_V4).ports(40_000 + i, 8000).build();
+            fastpath.receive(&frame, monotonic_ns());
+        }
+    };
+    // 20/s each for 3 s, then `rising` asks 400/s; `quiet` stays at 20/s.
+    let mut rates = Vec::new();
+    for tick in 1..=60u32 {
+        send(1, if tick <= 30 { 2 } else { 40 });
+        send(2, 2);
+        daemon.control_mut().tick(TICK * tick, monotonic_ns()).unwrap();
+        rates.push(tenant_rate(&fastpath, "rising"));
+    }
+    let settled = rates[59];
+    // It keeps its 200/s and borrows what `quiet` leaves (it keeps 25/s of
+    // its 200): 375/s.
+    assert!((settled - 375.0).abs() < 1.0, "settled at {settled}/s: {rates:?}");
+    // Before, nobody borrowed: each held its own rate.
+    assert_eq!(rates[29], 200.0, "before the rise");
+    let first_full = rates.iter().skip(30).position(|r| *r >= 0.95 * settled).expect("it gets there") + 1;
+    assert!(first_full <= 2, "at 95% of its share after {first_full} ticks: {:?}", &rates[29..40]);
 }
