@@ -11,7 +11,9 @@
 //!
 //! Configs are drawn valid and near-valid: numbers at and around the limits,
 //! rates of 0, huge bursts, duplicate names, CIDRs with host bits, port 0,
-//! DSCP 64, missing `mark_dscp`, unknown classes, too many classes or rules.
+//! DSCP 64, missing `mark_dscp`, unknown classes, too many classes or rules;
+//! tenants with networks taken by another tenant or with host bits, rates
+//! and bursts past their limits, weights of 0, too many tenants.
 //! `PROPTEST_CASES` (default 256) is multiplied by `SHEDDER_FUZZ_SCALE`.
 
 mod common;
@@ -31,6 +33,7 @@ use shedder_daemon::{
     datapath::Datapath,
     fastpath::Fastpath,
     telemetry::gpu::NoGpu,
+    tenant::TenantSpec,
 };
 
 /// Names of the drawn classes, by position: all different, so a config is
@@ -80,6 +83,29 @@ fn cidr() -> impl Strategy<Value = IpNet> {
     let v4 = (any::<[u8; 4]>(), 0u8..=32).prop_map(|(a, len)| IpNet::new(a.into(), len).unwrap().trunc());
     let v6 = (any::<[u8; 16]>(), 0u8..=128).prop_map(|(a, len)| IpNet::new(a.into(), len).unwrap().trunc());
     prop_oneof![2 => pool, 1 => v4, 1 => v6]
+}
+
+/// Names of the drawn tenants, by position.
+const TENANT_NAMES: [&str; 3] = ["acme", "zeta", "ténant🚀"];
+
+/// A valid tenant at position `i`: networks of its own (the pool is apart
+/// from the other positions'; drawn ones rarely meet), a rate from 0 to the
+/// limit, a burst of at least one connection, a weight.
+fn tenant(i: usize) -> impl Strategy<Value = TenantSpec> {
+    let own = select(vec![
+        format!("10.{}.0.0/16", 20 + i),
+        format!("10.{}.7.0/24", 20 + i),
+        format!("fd{:02x}::/16", 0x20 + i),
+    ])
+    .prop_map(|net| net.parse::<IpNet>().unwrap());
+    let v4 = (any::<[u8; 4]>(), 8u8..=32).prop_map(|(a, len)| IpNet::new(a.into(), len).unwrap().trunc());
+    let net = prop_oneof![3 => own, 1 => v4];
+    let rate = prop_oneof![6 => 0.001f64..1e4, 1 => Just(0.0), 1 => Just(1e12)];
+    let burst = prop_oneof![3 => 1.0f64..1e4, 1 => Just(1.0), 1 => Just(1e12)];
+    let weight = prop_oneof![3 => 0.01f64..100.0, 1 => Just(1.0)];
+    (prop::collection::btree_set(net, 1..=3), rate, burst, weight).prop_map(move |(cidrs, rate, burst, weight)| {
+        TenantSpec { name: TENANT_NAMES[i].to_string(), cidrs: cidrs.into_iter().collect(), rate, burst, weight }
+    })
 }
 
 /// A rule with exactly one match field, and the position of its class.
@@ -133,6 +159,15 @@ enum Defect {
     AdaptiveWithoutDeadline,
     NegativeDeadline,
     OpportunisticWithoutDeadline,
+    TenantDuplicateName,
+    TenantNetworkTaken,
+    TenantHostBits,
+    TenantWithoutNetworks,
+    TenantRate(f64),
+    TenantBurstBelowOne,
+    TenantWeight(f64),
+    /// 64 tenants (the most the datapath holds) or 65.
+    Tenants(usize),
 }
 
 fn defect() -> impl Strategy<Value = Defect> {
@@ -160,7 +195,21 @@ fn defect() -> impl Strategy<Value = Defect> {
         1 => bad_dscp.clone().prop_map(MarkDscp),
         1 => bad_dscp.prop_map(RuleDscp),
         1 => select(vec![Classes(64), Classes(65), CidrRules(4096), CidrRules(4097)]),
+        2 => select(vec![TenantDuplicateName, TenantNetworkTaken, TenantHostBits, TenantWithoutNetworks, TenantBurstBelowOne]),
+        1 => select(vec![f64::NAN, -1.0, 0.0004, 1.000_000_1e12]).prop_map(TenantRate),
+        1 => select(vec![0.0, -1.0, f64::NAN, f64::INFINITY]).prop_map(TenantWeight),
+        1 => select(vec![Tenants(64), Tenants(65)]),
     ]
+}
+
+/// The tenant `at` points to (modulo their count); one is added if there is none.
+fn some_tenant(config: &mut Config, at: usize) -> &mut TenantSpec {
+    if config.tenants.is_empty() {
+        let cidrs = vec!["10.30.0.0/16".parse().unwrap()];
+        config.tenants.push(TenantSpec { name: "added".into(), cidrs, rate: 10.0, burst: 5.0, weight: 1.0 });
+    }
+    let n = config.tenants.len();
+    &mut config.tenants[at % n]
 }
 
 /// The rule `at` points to (modulo their count); one is added if there is none.
@@ -225,10 +274,37 @@ fn inflict(config: &mut Config, defect: Defect, at: usize) {
         Defect::OpportunisticWithoutDeadline => {
             (class.deadline_ms, class.adaptive, class.opportunistic) = (None, None, true)
         }
+        Defect::TenantDuplicateName => {
+            let twin = some_tenant(config, at).clone();
+            config.tenants.push(TenantSpec { cidrs: vec!["10.31.0.0/16".parse().unwrap()], ..twin });
+        }
+        Defect::TenantNetworkTaken => {
+            let taken = some_tenant(config, at).cidrs[0];
+            let name = format!("{}-2", config.tenants[at % config.tenants.len()].name);
+            config.tenants.push(TenantSpec { name, cidrs: vec![taken], rate: 1.0, burst: 1.0, weight: 1.0 });
+        }
+        Defect::TenantHostBits => some_tenant(config, at).cidrs.push("10.32.9.1/24".parse().unwrap()),
+        Defect::TenantWithoutNetworks => some_tenant(config, at).cidrs.clear(),
+        Defect::TenantRate(v) => some_tenant(config, at).rate = v,
+        Defect::TenantBurstBelowOne => some_tenant(config, at).burst = 0.999,
+        Defect::TenantWeight(v) => some_tenant(config, at).weight = v,
+        Defect::Tenants(n) => {
+            config.tenants = (0..n)
+                .map(|i| TenantSpec {
+                    name: format!("t{i}"),
+                    cidrs: vec![
+                        IpNet::new(std::net::Ipv4Addr::from(0x0b00_0000 + ((i as u32) << 8)).into(), 24).unwrap(),
+                    ],
+                    rate: 1.0,
+                    burst: 1.0,
+                    weight: 1.0,
+                })
+                .collect()
+        }
     }
 }
 
-/// Valid configs (1 to 6 classes, up to 10 rules), half of them then given
+/// Valid configs (1 to 6 classes, up to 10 rules, up to 3 tenants), half of them then given
 /// one or two defects. Some defects only reach a limit without passing it,
 /// so "defective" is not "refused": the validator decides, and the test
 /// holds the daemon to its verdict either way.
@@ -237,13 +313,14 @@ fn config(base: Config) -> impl Strategy<Value = Config> {
     let classes =
         (1..=NAMES.len()).prop_flat_map(move |n| (0..n).map(|i| class(template.clone(), i)).collect::<Vec<_>>());
     let defects = prop_oneof![1 => Just(Vec::new()), 1 => prop::collection::vec((defect(), any::<usize>()), 1..=2)];
-    let parts = (mode(), any::<usize>(), classes, prop::collection::vec(rule(), 0..10), defects);
-    parts.prop_map(move |(mode, default, classes, rules, defects)| {
+    let tenants = (0..=TENANT_NAMES.len()).prop_flat_map(|n| (0..n).map(tenant).collect::<Vec<_>>());
+    let parts = (mode(), any::<usize>(), classes, prop::collection::vec(rule(), 0..10), tenants, defects);
+    parts.prop_map(move |(mode, default, classes, rules, tenants, defects)| {
         let names: Vec<String> = classes.iter().map(|c| c.name.clone()).collect();
         let rules =
             rules.into_iter().map(|(i, rule)| RuleSpec { class: names[i % names.len()].clone(), ..rule }).collect();
         let default_class = names[default % names.len()].clone();
-        let mut config = Config { mode, default_class, classes, rules, ..base.clone() };
+        let mut config = Config { mode, default_class, classes, rules, tenants, ..base.clone() };
         for (defect, at) in defects {
             inflict(&mut config, defect, at);
         }
@@ -269,7 +346,7 @@ fn daemon(config: &Config) -> (Daemon, DatapathMaps) {
 /// The names a config file has at its top level: the first step of any error's field.
 fn top_level_fields(config: &Config) -> Vec<String> {
     let toml::Value::Table(table) = toml::Value::try_from(config).unwrap() else { unreachable!("a struct") };
-    table.keys().cloned().chain(["class", "rule", "scrape"].map(String::from)).collect()
+    table.keys().cloned().chain(["class", "rule", "scrape", "tenant"].map(String::from)).collect()
 }
 
 #[derive(Default, Debug)]

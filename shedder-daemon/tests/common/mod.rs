@@ -8,8 +8,9 @@ use aya::maps::{Array, Map, MapData, MapInfo, lpm_trie::LpmTrie};
 use nix::sys::signal::Signal;
 use serde_json::{Value, json};
 use shedder_common::{
+    bucket::BucketParams,
     classify::RuleTarget,
-    maps::{ClassConfig, GlobalConfig, MAX_CLASSES, names},
+    maps::{ClassConfig, GlobalConfig, MAX_CLASSES, MAX_TENANTS, names},
 };
 use shedder_daemon::config::Plan;
 use shedder_testbed::{
@@ -193,6 +194,10 @@ pub struct MapContents {
     pub dscp: BTreeMap<u8, RuleTarget>,
     pub src_v4: BTreeMap<(u32, [u8; 4]), RuleTarget>,
     pub src_v6: BTreeMap<(u32, [u8; 16]), RuleTarget>,
+    /// Every slot of `TENANTS`, and the tenants' networks.
+    pub tenants: Vec<BucketParams>,
+    pub tenant_v4: BTreeMap<(u32, [u8; 4]), RuleTarget>,
+    pub tenant_v6: BTreeMap<(u32, [u8; 16]), RuleTarget>,
 }
 
 impl MapContents {
@@ -201,6 +206,8 @@ impl MapContents {
     pub fn of_plan(plan: &Plan) -> Self {
         let mut classes = plan.classes.clone();
         classes.resize(MAX_CLASSES as usize, ClassConfig::default());
+        let mut tenants = plan.tenants.clone();
+        tenants.resize(MAX_TENANTS as usize, BucketParams::default());
         Self {
             global: plan.global,
             classes,
@@ -209,6 +216,9 @@ impl MapContents {
             dscp: plan.dscp.clone(),
             src_v4: plan.src_v4.clone(),
             src_v6: plan.src_v6.clone(),
+            tenants,
+            tenant_v4: plan.tenant_v4.clone(),
+            tenant_v6: plan.tenant_v6.clone(),
         }
     }
 
@@ -234,6 +244,9 @@ impl DatapathMaps {
             names::DSCP_IN,
             names::SRC_V4,
             names::SRC_V6,
+            names::TENANTS,
+            names::TENANT_V4,
+            names::TENANT_V6,
         ];
         let mut found = BTreeMap::new();
         for &id in ids {
@@ -275,6 +288,13 @@ impl DatapathMaps {
             dscp: set(rules(names::DSCP_IN)).map(|(k, t)| (k as u8, t)).collect(),
             src_v4: trie(self.map(names::SRC_V4)),
             src_v6: trie(self.map(names::SRC_V6)),
+            tenants: Array::<_, BucketParams>::try_from(self.map(names::TENANTS))
+                .unwrap()
+                .iter()
+                .map(Result::unwrap)
+                .collect(),
+            tenant_v4: trie(self.map(names::TENANT_V4)),
+            tenant_v6: trie(self.map(names::TENANT_V6)),
         }
     }
 }
