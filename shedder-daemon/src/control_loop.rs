@@ -31,11 +31,14 @@ use crate::{
 const RATE_HORIZON: Duration = Duration::from_secs(1);
 /// A tenant's demand also reads its rate over the last this many ticks, so
 /// that a rise shows (and its share follows, locally and in the fleet)
-/// within two ticks instead of after the horizon's second.
+/// within two ticks instead of after the horizon's second...
 const DEMAND_RISE_TICKS: u32 = 2;
-/// ...when at least this many connections back it: fewer are too few to
-/// tell a rise from chance (10 events: a ±30% reading).
-const DEMAND_RISE_EVENTS: u64 = 10;
+/// ...when its count there exceeds what the horizon's rate predicts by more
+/// than this many standard deviations (of a Poisson count): less is chance,
+/// and taking the larger of two noisy readings would inflate every demand.
+/// (A fall is not read this way: 40/s after 100/s is 8 SYNs against 20 in
+/// two ticks, under 3 deviations, so falls keep the horizon's second.)
+const DEMAND_RISE_SIGMAS: f64 = 3.0;
 /// Recent decisions kept for the control socket's `decisions` op.
 const DECISIONS_KEPT: usize = 1024;
 
@@ -204,11 +207,8 @@ impl ControlLoop {
         // Demand rises at once and falls over the horizon: a tenant whose
         // clients step up must not wait a second for its share.
         let tick = Duration::from_millis(self.controller.params().tick_ms);
-        for (tenant, rate) in self.tenant_offered.recent(tick * DEMAND_RISE_TICKS, DEMAND_RISE_EVENTS) {
-            if let Some(horizon) = offered.get_mut(&tenant) {
-                *horizon = horizon.max(rate);
-            }
-        }
+        let risen = self.tenant_offered.risen(&offered, tick * DEMAND_RISE_TICKS, DEMAND_RISE_SIGMAS);
+        offered.extend(risen);
         let admitted_totals: BTreeMap<String, u64> = count(|c| c.admitted);
         let admitted = self.tenant_admitted.update(now, admitted_totals.clone());
         let loads: Vec<TenantLoad> = self
@@ -301,18 +301,22 @@ impl CounterRates {
             .collect()
     }
 
-    /// The rates over the newest stretch of at least `span`, for counters
-    /// that rose by at least `min_events` in it (the others are left out).
-    fn recent(&self, span: Duration, min_events: u64) -> BTreeMap<String, f64> {
+    /// Counters whose count over the newest stretch of at least `span`
+    /// exceeds what their `horizon` rate predicts by more than `sigmas`
+    /// standard deviations of a Poisson count, with their rate over that
+    /// stretch; the others are left out.
+    fn risen(&self, horizon: &BTreeMap<String, f64>, span: Duration, sigmas: f64) -> BTreeMap<String, f64> {
         let Some((now, new)) = self.history.back() else { return BTreeMap::new() };
         let Some((then, old)) = self.history.iter().rev().find(|(t, _)| now.saturating_sub(*t) >= span) else {
             return BTreeMap::new();
         };
         let secs = now.saturating_sub(*then).as_secs_f64();
         new.iter()
-            .map(|(name, n)| (name, n.saturating_sub(old.get(name).copied().unwrap_or(0))))
-            .filter(|(_, events)| *events >= min_events)
-            .map(|(name, events)| (name.clone(), events as f64 / secs))
+            .filter_map(|(name, n)| {
+                let expected = horizon.get(name)? * secs;
+                let events = n.saturating_sub(old.get(name).copied().unwrap_or(0)) as f64;
+                (events - expected > sigmas * expected.max(1.0).sqrt()).then(|| (name.clone(), events / secs))
+            })
             .collect()
     }
 }
@@ -341,20 +345,21 @@ mod tests {
 
     #[test]
     fn a_rise_shows_in_the_recent_rate_within_the_span() {
+        let span = Duration::from_millis(200);
         let mut rates = CounterRates::default();
-        // 100/s for two seconds...
+        // 100/s for two seconds (with 14 instead of 10 in one tick: chance)...
         for tick in 0..=20u64 {
-            rates.update(Duration::from_millis(tick * 100), counts(tick * 10));
+            let horizon =
+                rates.update(Duration::from_millis(tick * 100), counts(tick * 10 + 4 * u64::from(tick >= 15)));
+            assert!(rates.risen(&horizon, span, 3.0).is_empty(), "tick {tick}: no rise");
         }
-        // ...then two ticks at 1000/s: the horizon still reads 280/s.
-        rates.update(Duration::from_millis(2_100), counts(300));
-        let horizon = rates.update(Duration::from_millis(2_200), counts(400));
-        assert!((horizon["a"] - 280.0).abs() < 1e-9, "{horizon:?}");
-        let recent = rates.recent(Duration::from_millis(200), 10);
-        assert!((recent["a"] - 1000.0).abs() < 1e-9, "{recent:?}");
-        // Too few events to tell a rise from chance: left out.
-        assert!(rates.recent(Duration::from_millis(200), 201).is_empty());
+        // ...then two ticks at 1000/s: the horizon still reads under 300/s.
+        rates.update(Duration::from_millis(2_100), counts(304));
+        let horizon = rates.update(Duration::from_millis(2_200), counts(404));
+        assert!(horizon["a"] < 300.0, "{horizon:?}");
+        let risen = rates.risen(&horizon, span, 3.0);
+        assert!((risen["a"] - 1000.0).abs() < 1e-9, "{risen:?}");
         // No stretch that long yet: nothing.
-        assert!(CounterRates::default().recent(Duration::from_millis(200), 1).is_empty());
+        assert!(CounterRates::default().risen(&horizon, span, 3.0).is_empty());
     }
 }
