@@ -506,7 +506,8 @@ pub struct CapacityPlan {
     pub backlogged: bool,
     /// The class whose slack the law acted on.
     pub pressure_class: Option<String>,
-    /// The queue hold: a standing queue past half the room is drained.
+    /// The queue hold: a queue standing past the room while the rates see
+    /// no overload is drained.
     pub hold: Hold,
 }
 
@@ -862,12 +863,15 @@ impl Controller {
             hold,
         };
 
-        // Workers each class must leave free for the tiers above it.
+        // Workers each class must leave free for the tiers above it with work
+        // coming (offered in the last second: a decayed demand never quite
+        // reaches zero).
         let reserves: BTreeMap<&String, Option<Reserve>> = adaptive
             .iter()
             .map(|n| {
                 let tier = self.policies[*n].tier;
-                let higher = claims.iter().filter(|c| c.tier < tier);
+                let higher = adaptive.iter().zip(&claims).filter(|(m, c)| c.tier < tier && asked(m) > 0.0);
+                let higher = higher.map(|(_, c)| c);
                 let top = higher.clone().map(|c| c.tier).min();
                 let demand: f64 = higher.map(|c| c.demand).sum();
                 let known = source != CapacitySource::MaxRates;

@@ -514,3 +514,37 @@ fn the_capacity_is_learnt_from_a_scraped_running_count_as_from_completions() {
         );
     }
 }
+
+#[test]
+fn lower_tiers_leave_workers_free_for_the_tiers_above_with_work() {
+    // 8 workers; critical asks 4.5 workers' work, standard nothing,
+    // sheddable some.
+    let tiered = |tier| ClassPolicy { tier, ..adaptive(0.0, 100.0, false) };
+    let policies = BTreeMap::from([
+        ("critical".to_string(), tiered(Tier::Critical)),
+        ("standard".to_string(), tiered(Tier::Standard)),
+        ("sheddable".to_string(), tiered(Tier::Sheddable)),
+    ]);
+    let params = ControlParams { workers: Some(8.0), ..ControlParams::default() };
+    let mut c = Controller::new(params, policies).unwrap();
+    let estimates: BTreeMap<String, ClassEstimate> =
+        ["critical", "standard", "sheddable"].iter().map(|n| (n.to_string(), estimate(n, 0.0, 300.0))).collect();
+    let offered = BTreeMap::from([
+        ("critical".to_string(), 4.5 / (estimates["critical"].service_curve.mean_ms / 1000.0)),
+        ("standard".to_string(), 0.0),
+        ("sheddable".to_string(), 5.0),
+    ]);
+    tick(&mut c, ms(100), &estimates, &[], &offered);
+    let reserve = |c: &Controller, class: &str| c.view(class).unwrap().reserve;
+    assert_eq!(reserve(&c, "critical"), None, "nothing above the highest tier");
+    // Standard has nothing of its own to protect it from, but critical is above it.
+    let r = reserve(&c, "sheddable").expect("sheddable keeps workers free");
+    assert_eq!((r.workers, r.capacity, r.for_tier), (2.0, 8.0, Tier::Critical), "floor(sqrt(4.5)) for critical: {r:?}");
+    assert_eq!(reserve(&c, "standard").map(|r| r.workers), Some(2.0));
+    // Critical goes quiet: its demand decays away, and so does the reserve.
+    let quiet = BTreeMap::from([("critical".to_string(), 0.0), ("sheddable".to_string(), 5.0)]);
+    for t in 2..=100 {
+        tick(&mut c, ms(100 * t), &estimates, &[], &quiet);
+    }
+    assert_eq!(reserve(&c, "sheddable"), None, "no higher tier with work: no reserve");
+}
