@@ -1,11 +1,11 @@
 //! The controller, closed loop, on a family of workloads (see `sim`): the
 //! reference tail, tails past the deadline, two tiers sharing the workers, a
-//! flash crowd, a load sweep, tight deadlines and a backlog from the start. Each is run with shedder
-//! off and enforcing, on the same jobs, and judged against its own
-//! service-blind bound: completed on time, never worse than off for any
-//! class, and few late completions among what was admitted. Two peers run
-//! on the same jobs too (`queue-cap`, `saturation`); their figures are
-//! printed for comparison, not asserted.
+//! flash crowd, a load sweep, tight deadlines and a backlog from the start.
+//! Each is run with shedder off and enforcing, on the same jobs, and judged
+//! against its own service-blind bound: completed on time, never worse than
+//! off for any class, and few late completions among what was admitted. Two
+//! peers run on the same jobs too (`queue-cap`, `saturation`); their figures
+//! are printed for comparison, not asserted.
 
 mod sim;
 
