@@ -10,7 +10,7 @@ use std::time::Duration;
 use shedder_common::verdict::Outcome;
 use shedder_daemon::{
     clock::monotonic_ns,
-    fastpath::{Fastpath, memory::MemoryFastpath},
+    fastpath::{Fastpath, Snapshot, memory::MemoryFastpath},
     telemetry::samples::JobSample,
 };
 use shedder_testbed::packets::{SERVER_V4, TcpFrame};
@@ -56,11 +56,16 @@ const ROWS: &[Row] = &[
     Row { what: "late from the start", phases: &[(LATE, 100)], budget: Budget::CutBelow(60.0, "slack") },
 ];
 
+/// The rate, per second, of the bucket named `name` among `snapshots`
+/// (a class's or a tenant's, as the fast path holds it).
+fn held_rate<K>(snapshots: Vec<Snapshot<K>>, name: &str) -> f64 {
+    let snapshot = snapshots.iter().find(|s| s.name == name).unwrap_or_else(|| panic!("{name} is in the fast path"));
+    snapshot.bucket.rate_milli as f64 / 1000.0
+}
+
 /// The rate, per second, the fast path holds for `class`.
 fn enforced_rate(fastpath: &MemoryFastpath, class: &str) -> f64 {
-    let snapshots = fastpath.class_snapshots().unwrap();
-    let snapshot = snapshots.iter().find(|s| s.name == class).expect("the class is in the fast path");
-    snapshot.bucket.rate_milli as f64 / 1000.0
+    held_rate(fastpath.class_snapshots().unwrap(), class)
 }
 
 #[test]
@@ -129,9 +134,7 @@ burst = 1000
 
 /// The rate, per second, the fast path holds for `tenant`'s bucket.
 fn tenant_rate(fastpath: &MemoryFastpath, tenant: &str) -> f64 {
-    let snapshots = fastpath.tenant_snapshots().unwrap();
-    let snapshot = snapshots.iter().find(|s| s.name == tenant).expect("the tenant is in the fast path");
-    snapshot.bucket.rate_milli as f64 / 1000.0
+    held_rate(fastpath.tenant_snapshots().unwrap(), tenant)
 }
 
 #[test]
