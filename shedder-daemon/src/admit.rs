@@ -1,15 +1,19 @@
 //! Job-level admission: the `admit` op's answer to "may this job start?",
 //! from the same model the controller sizes budgets with
-//! ([`crate::control::ClassView`]).
+//! ([`crate::control::ClassView`]). A server asks as a worker takes a job,
+//! and may also ask as the job arrives, with the jobs waiting ahead of it:
+//! then the job's wait is predicted ([`crate::control::ahead`]) and a job
+//! that could not make its deadline behind them is refused before it waits.
 //!
 //! ```text
-//! left       = deadline − now − safety
+//! left       = deadline − now − safety − expected wait   (0 when asked at start)
 //! p          = P(service ≤ left)                 the class's service curve
 //! p < θ      → reject_deadline (503)              θ = admit_confidence · best_chance
 //!              unless the backend is idle: admit (the sanity guard)
 //! a higher tier's jobs missing their deadlines → reject_tier (503): this tier waits
 //! starting it would leave fewer workers free than the higher tiers' reserve
-//!            → reject_tier (503)              `running` from the server, else scraped
+//!            → reject_tier (503)              `running` from the server, else scraped;
+//!                                             asked at start only
 //! age > max  → reject_stale (503)
 //! retry or hedge, capacity short         → reject_retry (503): shed before first attempts
 //! retry or hedge, over their share       → reject_budget (429)
@@ -63,6 +67,10 @@ pub struct AdmitRequest {
     /// Jobs the server has in service now, every class, this one not
     /// counted (None when it does not say).
     pub running: Option<f64>,
+    /// Asked as the job arrives, before it queues: the jobs already waiting
+    /// ahead of it. Its wait is then predicted from them (see
+    /// [`crate::control::ahead`]); None when asked as the job starts.
+    pub waiting_ahead: Option<f64>,
 }
 
 /// The knobs of the answer (per request, or the defaults).
@@ -183,6 +191,8 @@ pub struct AdmitDecision {
     pub p_on_time: f64,
     pub threshold: f64,
     pub queue_age_ms: f64,
+    /// Asked at arrival: the wait predicted from the jobs ahead, ms.
+    pub expected_wait_ms: Option<f64>,
     /// For rejections: when to retry, ms, within the policy's bounds.
     pub retry_after_ms: Option<u64>,
     /// Admitted only because the backend is idle (the sanity guard).
@@ -215,7 +225,14 @@ pub fn admit<R: Rng + ?Sized>(
     };
     let s = &view.slack;
     let safety = policy.safety_ms.unwrap_or(s.safety_ms);
-    let left = request.deadline_ms - request.now_ms - safety;
+    let running = request.running.or(view.running);
+    // Asked at arrival, the job has yet to wait for the work ahead of it.
+    let expected_wait_ms = request.waiting_ahead.map(|ahead| view.ahead.map_or(0.0, |q| q.wait_ms(ahead, running)));
+    let left = request.deadline_ms - request.now_ms - safety - expected_wait_ms.unwrap_or(0.0);
+    let waits = match expected_wait_ms {
+        Some(wait) => format!(" after a wait of ~{wait:.0} ms"),
+        None => String::new(),
+    };
     let p = view.curve.p_within(left);
     let threshold = s.threshold;
     let repeat = request.attempt > 1 || request.hedge;
@@ -231,12 +248,12 @@ pub fn admit<R: Rng + ?Sized>(
             )
         } else {
             let why = format!(
-                "on-time chance {p:.2} < {threshold:.2} with {left:.0} ms left; queue drains in ~{drain:.0} ms"
+                "on-time chance {p:.2} < {threshold:.2} with {left:.0} ms left{waits}; queue drains in ~{drain:.0} ms"
             );
             (Verdict::RejectDeadline, drain, false, why)
         }
     } else if let Some((reserve, running)) =
-        view.reserve.zip(request.running.or(view.running)).filter(|(r, running)| !r.allows(*running))
+        view.reserve.zip(running).filter(|(r, running)| request.waiting_ahead.is_none() && !r.allows(*running))
     {
         let why = format!(
             "{running:.0} of {:.0} workers busy: {:.0} kept free for {} work; queue drains in ~{drain:.0} ms",
@@ -263,7 +280,7 @@ pub fn admit<R: Rng + ?Sized>(
         );
         (Verdict::RejectBudget, 0.0, false, why)
     } else {
-        (Verdict::Admit, 0.0, false, format!("on-time chance {p:.2} >= {threshold:.2}"))
+        (Verdict::Admit, 0.0, false, format!("on-time chance {p:.2} >= {threshold:.2}{waits}"))
     };
     let retry_after_ms = (verdict != Verdict::Admit).then(|| retry_after(over_ms, policy, rng));
     AdmitDecision {
@@ -272,6 +289,7 @@ pub fn admit<R: Rng + ?Sized>(
         p_on_time: p,
         threshold,
         queue_age_ms,
+        expected_wait_ms,
         retry_after_ms,
         guarded,
         reason,

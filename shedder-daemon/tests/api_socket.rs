@@ -150,6 +150,14 @@ fn every_op_with_good_and_bad_input_on_one_connection() {
     );
     assert_eq!(s["verdict"], json!("reject_stale"));
     c.err(json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0}), "bad_request");
+    // Asked on arrival: no queue age, the jobs waiting ahead instead.
+    let w = c.ok(json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "waiting_ahead": 3}));
+    assert_eq!(w["verdict"], json!("admit"));
+    assert!(w["expected_wait_ms"].is_number(), "{w}");
+    c.err(
+        json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "waiting_ahead": -1}),
+        "bad_request",
+    );
     c.err(
         json!({"op": "admit", "class": "nope", "deadline_ms": 1.0, "now_ms": 0.0, "queue_age_ms": 1.0}),
         "bad_request",

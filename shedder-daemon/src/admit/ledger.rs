@@ -30,6 +30,16 @@ struct ClassLedger {
     repeat: f64,
 }
 
+/// When the server asked about a job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Asked {
+    /// As it arrived, before it queued: a job let in here is asked again
+    /// when it starts, so only a refusal counts, and it has not waited.
+    OnArrival,
+    /// As a worker took it.
+    AtStart,
+}
+
 /// Refused jobs' waits kept between ticks at most; beyond, the oldest go.
 const MAX_REFUSED_WAITS: usize = 65_536;
 
@@ -45,7 +55,10 @@ impl AdmissionLedger {
     }
 
     /// One answer of the `admit` op.
-    pub fn record(&self, class: &str, decision: &AdmitDecision, repeat: bool) {
+    pub fn record(&self, class: &str, decision: &AdmitDecision, repeat: bool, asked: Asked) {
+        if asked == Asked::OnArrival && decision.verdict == Verdict::Admit {
+            return;
+        }
         let mut classes = self.classes();
         let c = classes.entry(class.to_string()).or_default();
         match decision.verdict {
@@ -55,7 +68,8 @@ impl AdmissionLedger {
         }
         c.guarded += u64::from(decision.guarded);
         drop(classes);
-        if decision.verdict != Verdict::Admit && decision.queue_age_ms.is_finite() && decision.queue_age_ms >= 0.0 {
+        let waited = asked == Asked::AtStart && decision.queue_age_ms.is_finite() && decision.queue_age_ms >= 0.0;
+        if decision.verdict != Verdict::Admit && waited {
             let mut waits = self.refused_waits.lock().unwrap_or_else(PoisonError::into_inner);
             if waits.len() < MAX_REFUSED_WAITS {
                 waits.push((class.to_string(), decision.queue_age_ms));
@@ -107,6 +121,7 @@ mod tests {
             p_on_time: 1.0,
             threshold: 0.95,
             queue_age_ms: 0.0,
+            expected_wait_ms: None,
             retry_after_ms: None,
             guarded,
             reason: String::new(),
@@ -117,22 +132,29 @@ mod tests {
     fn refusals_count_and_the_retry_share_decays() {
         let l = AdmissionLedger::default();
         for _ in 0..9 {
-            l.record("chat", &decision(Verdict::Admit, false), false);
+            l.record("chat", &decision(Verdict::Admit, false), false, Asked::AtStart);
         }
-        l.record("chat", &decision(Verdict::Admit, true), true);
-        l.record("chat", &decision(Verdict::RejectDeadline, false), false);
-        l.record("chat", &decision(Verdict::RejectBudget, false), true);
+        l.record("chat", &decision(Verdict::Admit, true), true, Asked::AtStart);
+        l.record("chat", &decision(Verdict::RejectDeadline, false), false, Asked::AtStart);
+        l.record("chat", &decision(Verdict::RejectBudget, false), true, Asked::AtStart);
         assert!((l.retry_share("chat") - 0.1).abs() < 1e-12);
         assert_eq!(l.refused()["chat"], 2);
         assert_eq!(l.guarded()["chat"], 1);
         assert_eq!(l.take_refused_waits(), vec![("chat".to_string(), 0.0), ("chat".to_string(), 0.0)]);
         assert!(l.take_refused_waits().is_empty());
         assert_eq!(l.retry_share("other"), 0.0);
+        // Asked at arrival: a job let in is counted when it starts; a refused
+        // one counts as a refusal, with no wait behind it.
+        l.record("chat", &decision(Verdict::Admit, true), false, Asked::OnArrival);
+        l.record("chat", &decision(Verdict::RejectDeadline, false), false, Asked::OnArrival);
+        assert!((l.retry_share("chat") - 0.1).abs() < 1e-12);
+        assert_eq!((l.refused()["chat"], l.guarded()["chat"]), (3, 1));
+        assert!(l.take_refused_waits().is_empty());
         // Decay keeps the share, and later first attempts dilute it.
         l.decay(10.0);
         assert!((l.retry_share("chat") - 0.1).abs() < 1e-12);
         for _ in 0..10 {
-            l.record("chat", &decision(Verdict::Admit, false), false);
+            l.record("chat", &decision(Verdict::Admit, false), false, Asked::AtStart);
         }
         let share = l.retry_share("chat");
         assert!(share < 0.05 && share > 0.02, "{share}");

@@ -2,7 +2,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
 use super::*;
-use crate::control::{Budget, ClassPolicy, ControlParams, Reserve, Tier, slack};
+use crate::control::{Budget, ClassPolicy, ControlParams, QueueAhead, Reserve, Tier, slack};
 use crate::service_curve::ServiceCurve;
 
 const T0: f64 = 33_120_000.0;
@@ -33,6 +33,7 @@ fn view(curve: ServiceCurve, idle: bool, pressure: bool) -> ClassView {
         budget: 40.0,
         reserve: None,
         running: None,
+        ahead: None,
     }
 }
 
@@ -40,6 +41,25 @@ fn view(curve: ServiceCurve, idle: bool, pressure: bool) -> ClassView {
 /// workers: 2 are kept free for it. `running` scraped, when given.
 fn below_critical(curve: ServiceCurve, running: Option<f64>) -> ClassView {
     ClassView { reserve: Reserve::for_demand(8.0, 4.0, Tier::Critical), running, ..view(curve, false, false) }
+}
+
+/// The class with 8 workers at a 400 ms mean service known, below a higher
+/// tier when `below` says so.
+fn knows_queue(curve: ServiceCurve, below: Option<Tier>) -> ClassView {
+    let reserve = below.and_then(|tier| Reserve::for_demand(8.0, 4.0, tier));
+    ClassView { ahead: QueueAhead::new(8.0, 400.0), reserve, ..view(curve, false, false) }
+}
+
+/// A job asked about as it arrives, behind `ahead` queued jobs, with
+/// `running` in service.
+fn on_arrival(ahead: f64, running: f64) -> AdmitRequest {
+    AdmitRequest {
+        queue_age: QueueAge::AgeMs(0.0),
+        now_ms: T0,
+        running: Some(running),
+        waiting_ahead: Some(ahead),
+        ..request(0.0)
+    }
 }
 
 fn request(age_ms: f64) -> AdmitRequest {
@@ -50,6 +70,7 @@ fn request(age_ms: f64) -> AdmitRequest {
         attempt: 1,
         hedge: false,
         running: None,
+        waiting_ahead: None,
     }
 }
 
@@ -154,6 +175,35 @@ fn verdicts_follow_the_chance_of_finishing_in_time() {
             Verdict::Admit,
             None,
         ),
+        // Asked on arrival: 8 workers, 400 ms mean, a start every 50 ms.
+        (
+            "arriving behind 10 queued jobs: a wait of ~550 ms leaves its chance",
+            knows_queue(short.clone(), None),
+            on_arrival(10.0, 8.0),
+            Verdict::Admit,
+            None,
+        ),
+        (
+            "arriving behind 60: ~3 s of wait, past its deadline before it starts",
+            knows_queue(short.clone(), None),
+            on_arrival(60.0, 8.0),
+            Verdict::RejectDeadline,
+            Some(503),
+        ),
+        (
+            "arriving behind 60 with no capacity known: no prediction",
+            view(short.clone(), false, false),
+            on_arrival(60.0, 8.0),
+            Verdict::Admit,
+            None,
+        ),
+        (
+            "arriving below a higher tier with 7 of 8 busy: the reserve is checked at start",
+            knows_queue(short.clone(), Some(Tier::Critical)),
+            on_arrival(0.0, 7.0),
+            Verdict::Admit,
+            None,
+        ),
     ];
     let mut rng = SmallRng::seed_from_u64(1);
     for (what, view, request, verdict, status) in rows {
@@ -163,6 +213,10 @@ fn verdicts_follow_the_chance_of_finishing_in_time() {
         assert_eq!(d.retry_after_ms.is_some(), verdict != Verdict::Admit, "{what}");
         assert!(!d.reason.is_empty(), "{what}");
     }
+    // The prediction is in the answer and its reason.
+    let d = admit(&on_arrival(10.0, 8.0), &knows_queue(short, None), &policy, 0.0, 0.1, &mut rng);
+    assert_eq!(d.expected_wait_ms, Some(550.0));
+    assert!(d.reason.contains("after a wait of ~550 ms"), "{}", d.reason);
 }
 
 #[test]

@@ -13,7 +13,7 @@ use super::protocol::{
 };
 use super::status::StatusCache;
 use crate::{
-    admit::{AdmitPolicy, AdmitRequest, QueueAge, admit},
+    admit::{AdmitPolicy, AdmitRequest, QueueAge, admit, ledger::Asked},
     config::Config,
     daemon::{ChangeError, Daemon},
     telemetry::samples::SampleError,
@@ -191,10 +191,15 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
     if !daemon.config().classes.iter().any(|c| c.name == request.class) {
         return Err(bad(format!("admit: no class is named {:?}", request.class)));
     }
-    let queue_age = match (request.queue_age_ms, request.queued_at_ms) {
-        (Some(age), None) => QueueAge::AgeMs(age),
-        (None, Some(at)) => QueueAge::QueuedAtMs(at),
-        _ => return Err(bad("admit: give exactly one of queue_age_ms and queued_at_ms".into())),
+    let queue_age = match (request.queue_age_ms, request.queued_at_ms, request.waiting_ahead) {
+        (Some(age), None, _) => QueueAge::AgeMs(age),
+        (None, Some(at), _) => QueueAge::QueuedAtMs(at),
+        (None, None, Some(_)) => QueueAge::AgeMs(0.0),
+        _ => {
+            return Err(bad(
+                "admit: give exactly one of queue_age_ms and queued_at_ms (or neither, with waiting_ahead)".into(),
+            ));
+        }
     };
     for (name, v) in [
         ("deadline_ms", Some(request.deadline_ms)),
@@ -228,6 +233,7 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
         attempt,
         hedge: request.hedge,
         running: request.running.map(f64::from),
+        waiting_ahead: request.waiting_ahead.map(f64::from),
     };
     let ledger = control.admissions();
     let decision = admit(
@@ -238,7 +244,8 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
         control.controller().params().retry_share_max,
         &mut rand::rngs::SmallRng::from_rng(&mut rand::rng()),
     );
-    ledger.record(&request.class, &decision, attempt > 1 || request.hedge);
+    let asked = if request.waiting_ahead.is_some() { Asked::OnArrival } else { Asked::AtStart };
+    ledger.record(&request.class, &decision, attempt > 1 || request.hedge, asked);
     control.distributions().observe_admission(&request.class, decision.slack_ms, decision.verdict.as_str());
     Ok(AdmitAnswer {
         verdict: decision.verdict,
@@ -249,6 +256,7 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
         guarded: decision.guarded,
         slack_ms: finite(decision.slack_ms),
         queue_age_ms: finite(decision.queue_age_ms),
+        expected_wait_ms: decision.expected_wait_ms.and_then(finite),
         retry_after_ms: decision.retry_after_ms,
         reason: decision.reason,
         service_p95_ms: finite(view.slack.service_p95_ms),

@@ -371,8 +371,9 @@ pub struct Sample {
 
 /// May this job start? Times are ms on the caller's clock: `deadline_ms` and
 /// `now_ms` (and `queued_at_ms`) on the same one. Exactly one of
-/// `queue_age_ms` and `queued_at_ms`. The same struct is `shedder ctl
-/// admit`'s arguments.
+/// `queue_age_ms` and `queued_at_ms`, or neither with `waiting_ahead` (a
+/// job that has not waited yet). The same struct is `shedder ctl admit`'s
+/// arguments.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Args)]
 #[serde(deny_unknown_fields)]
 pub struct Admit {
@@ -408,6 +409,13 @@ pub struct Admit {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub running: Option<u32>,
+    /// Asked as the job arrives, before it queues: the jobs already waiting
+    /// in the server's queue (every class). Its wait is predicted from them,
+    /// and a job that could not make its deadline behind them is refused
+    /// before it waits. Omit it when asking as a worker takes the job.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_ahead: Option<u32>,
     /// The knobs, as JSON; by default the class's margin and a stale limit
     /// of [`DEFAULT_MAX_QUEUE_AGE_MS`].
     #[arg(long, value_parser = args::json::<AdmitPolicy>)]
@@ -644,6 +652,9 @@ pub struct AdmitAnswer {
     pub guarded: bool,
     pub slack_ms: Option<f64>,
     pub queue_age_ms: Option<f64>,
+    /// Asked at arrival: the wait predicted from the jobs ahead, ms.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_wait_ms: Option<f64>,
     pub retry_after_ms: Option<u64>,
     pub retry_after_s: Option<u64>,
     pub service_p95_ms: Option<f64>,

@@ -72,6 +72,7 @@
 //! it on a simulated clock (`tests/controller_families.rs` runs a family of
 //! workloads closed loop against their own bounds).
 
+pub mod ahead;
 mod allocate;
 pub mod capacity;
 pub mod decision;
@@ -90,6 +91,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+pub use ahead::QueueAhead;
 use allocate::{Claim, allocate};
 pub use capacity::{CapacityModel, CapacitySource};
 pub use decision::{Action, Decision, DecisionLog};
@@ -488,6 +490,9 @@ pub struct ClassView {
     /// every class with demand has a fresh one: what `admit` checks the
     /// reserve against when the server does not say.
     pub running: Option<f64>,
+    /// What a job arriving now waits per job queued ahead of it (see
+    /// [`ahead`]); None without a known capacity or work to measure.
+    pub ahead: Option<QueueAhead>,
 }
 
 /// The capacity model at the last tick, for decisions and `status`.
@@ -1012,6 +1017,7 @@ impl Controller {
                     budget: state.published,
                     reserve: reserves.get(name).copied().flatten(),
                     running,
+                    ahead: QueueAhead::new(capacity, mix_mean).filter(|_| source != CapacitySource::MaxRates),
                 },
             );
         }

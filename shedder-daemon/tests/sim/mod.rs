@@ -2,7 +2,7 @@
 //! clock: seeded arrivals per class (with steps in rate), a fast-path token
 //! bucket per class at the controller's budget, one FIFO queue in front of
 //! `workers` workers, and job-level `admit` asked as a worker takes each
-//! job. What a server would report goes to the real estimators (a
+//! job (or, for a gateway in front of the server, as each job arrives). What a server would report goes to the real estimators (a
 //! queue-age sample when a job starts, a service sample and an outcome when
 //! it completes), whose estimates drive the real controller, whose budgets
 //! feed back into the buckets. Deterministic: one seed, no wall clock.
@@ -67,6 +67,10 @@ pub enum Mode {
     Off,
     /// Fast-path budgets from the controller, and `admit` at dequeue.
     Enforce,
+    /// Fast-path budgets, and `admit` asked only as each job arrives, with
+    /// the jobs queued ahead of it when it `knows_queue` (a queue-depth
+    /// gauge it reads): a gateway that cannot reach into the server's queue.
+    Gateway { knows_queue: bool },
     /// A peer: the server answers 503 on arrival while its queue holds one
     /// job per worker (vLLM's `--max-num-queued-reqs` = W, as the drill sets it).
     QueueCap,
@@ -273,7 +277,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         w.classes[i].tier == Tier::Sheddable
                             && (queue.len() as f64 / 5.0).max(busy / w.workers as f64 / 0.8) >= 1.0
                     }
-                    Mode::Off | Mode::Enforce => false,
+                    Mode::Off | Mode::Enforce | Mode::Gateway { .. } => false,
                 };
                 if peer_refuses {
                     if counted(job.arrival_ms) {
@@ -281,7 +285,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                     }
                     continue;
                 }
-                if mode == Mode::Enforce {
+                if matches!(mode, Mode::Enforce | Mode::Gateway { .. }) {
                     if tokens[i] < 1.0 {
                         if counted(job.arrival_ms) {
                             outcomes[i].shed += 1;
@@ -291,6 +295,27 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                     tokens[i] -= 1.0;
                 }
                 passed[i].push_back(t);
+                // A gateway asks `admit` as the job arrives, with the queue ahead of it.
+                if let Mode::Gateway { knows_queue } = mode
+                    && let Some(view) = controller.view(w.classes[i].name)
+                {
+                    let request = AdmitRequest {
+                        deadline_ms: job.arrival_ms + w.classes[i].deadline_ms,
+                        queue_age: QueueAge::AgeMs(0.0),
+                        now_ms: t,
+                        attempt: 1,
+                        hedge: false,
+                        running: Some(busy),
+                        waiting_ahead: knows_queue.then_some(queue.len() as f64),
+                    };
+                    if admit(&request, view, &policy, 0.0, params.retry_share_max, &mut rng).verdict != Verdict::Admit {
+                        wasted[i].push_back(t);
+                        if counted(job.arrival_ms) {
+                            outcomes[i].refused += 1;
+                        }
+                        continue;
+                    }
+                }
                 queue.push_back(job);
             }
             // Free workers take jobs, asking `admit` first.
@@ -307,6 +332,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         attempt: 1,
                         hedge: false,
                         running: Some(workers.iter().flatten().count() as f64),
+                        waiting_ahead: None,
                     };
                     let d = admit(&request, view, &policy, 0.0, params.retry_share_max, &mut rng);
                     if d.verdict != Verdict::Admit {
