@@ -613,8 +613,9 @@ impl Estimators {
         let measured_curve = |sketch: &DDSketch| {
             (sketch.count() as u64 >= p.min_samples).then(|| ServiceCurve::of_sketch(sketch)).flatten()
         };
+        let recent_jobs = service_recent.as_ref().map_or(0, |s| s.count() as u64);
         let service_curve = match (measured_curve(&service), service_recent.as_ref().and_then(measured_curve)) {
-            (Some(window), Some(recent)) => window.upper(&recent),
+            (Some(window), Some(recent)) => window.upper(&recent, recent_jobs),
             (Some(window), None) => window,
             // Too few samples for quantiles to mean much. A configured prior
             // is the better guess; without one, a few real samples still

@@ -20,6 +20,10 @@ fn grid(i: usize) -> f64 {
     (i + 1) as f64 / 100.0
 }
 
+/// Standard errors by which a recent mean must differ from the window's to
+/// be read as a shift rather than noise.
+pub const MEAN_SHIFT_DEVIATIONS: f64 = 3.0;
+
 /// The standard normal's 95th percentile: a lognormal's σ from its p50 and p95.
 const Z95: f64 = 1.644_853_6;
 
@@ -60,11 +64,23 @@ impl ServiceCurve {
         ServiceCurve { quantiles, mean_ms: p50 * (sigma * sigma / 2.0).exp() }
     }
 
-    /// The larger of two curves at every probability, and the larger mean:
-    /// the cautious reading when a recent horizon and the window disagree.
-    pub fn upper(&self, other: &ServiceCurve) -> ServiceCurve {
-        let quantiles = self.quantiles.iter().zip(&other.quantiles).map(|(a, b)| a.max(*b)).collect();
-        ServiceCurve { quantiles, mean_ms: self.mean_ms.max(other.mean_ms) }
+    /// This window's curve read with a recent horizon of `recent_jobs` jobs
+    /// within it: the larger of the two at every probability (the cautious
+    /// reading of a job's chance when they disagree), and the window's mean
+    /// unless the recent one has moved from it by more than its noise.
+    ///
+    /// A mean turns worker-seconds into jobs per second. The larger of two
+    /// noisy means is biased high (a recent horizon of 20 heavy-tailed jobs
+    /// reads ±25%), and a mean biased high sets budgets below what the
+    /// workers can do. A real shift (a tail arriving or leaving) moves the
+    /// recent mean by more than [`MEAN_SHIFT_DEVIATIONS`] of its standard
+    /// errors, and is taken at once either way.
+    pub fn upper(&self, recent: &ServiceCurve, recent_jobs: u64) -> ServiceCurve {
+        let quantiles = self.quantiles.iter().zip(&recent.quantiles).map(|(a, b)| a.max(*b)).collect();
+        let deviation = (self.second_moment_ms2() - self.mean_ms * self.mean_ms).max(0.0).sqrt();
+        let noise = MEAN_SHIFT_DEVIATIONS * deviation / (recent_jobs.max(1) as f64).sqrt();
+        let shifted = (recent.mean_ms - self.mean_ms).abs() > noise;
+        ServiceCurve { quantiles, mean_ms: if shifted { recent.mean_ms } else { self.mean_ms } }
     }
 
     /// `E[service²]`, ms², from the table: each percent of jobs at its
@@ -199,10 +215,32 @@ mod tests {
     fn the_upper_curve_is_the_cautious_one() {
         let fast = ServiceCurve::lognormal(Some(100.0), 300.0);
         let slow = ServiceCurve::lognormal(Some(150.0), 250.0);
-        let u = fast.upper(&slow);
+        let u = fast.upper(&slow, 1_000);
         assert_eq!(u.quantile(0.5), 150.0_f64.max(fast.quantile(0.5)));
         assert!(close(u.quantile(0.95), 300.0, 1e-6));
         assert!(u.p_within(200.0) <= fast.p_within(200.0).min(slow.p_within(200.0)) + 1e-12);
-        assert_eq!(u.mean_ms, fast.mean_ms.max(slow.mean_ms));
+    }
+
+    #[test]
+    fn a_recent_mean_counts_once_it_has_moved_past_its_noise() {
+        // The window: 65% of jobs near 150 ms, 35% at 1800 ms (mean ~740 ms,
+        // deviation ~790 ms).
+        let mut sketch = DDSketch::new(Config::new(0.01, 2048, 1e-9));
+        sketch.add_with_count(150.0, 65);
+        sketch.add_with_count(1_800.0, 35);
+        let window = ServiceCurve::of_sketch(&sketch).unwrap();
+        let recent = |mean_ms: f64| ServiceCurve { mean_ms, ..window.clone() };
+        // (recent mean, recent jobs, the mean read)
+        let rows = [
+            (900.0, 20, window.mean_ms), // +160 ms over 20 jobs: noise (3 SE = 530 ms)
+            (600.0, 20, window.mean_ms), // and below
+            (1_400.0, 20, 1_400.0),      // a tail arriving
+            (200.0, 20, 200.0),          // a tail gone
+            (900.0, 1_000, 900.0),       // the same 160 ms over 1000 jobs: a shift
+            (window.mean_ms, 1, window.mean_ms),
+        ];
+        for (mean, jobs, read) in rows {
+            assert!(close(window.upper(&recent(mean), jobs).mean_ms, read, 1e-9), "recent {mean} over {jobs}");
+        }
     }
 }
