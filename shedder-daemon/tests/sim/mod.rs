@@ -100,6 +100,17 @@ pub struct Outcomes {
     pub unfinished: u64,
 }
 
+impl std::ops::AddAssign for Outcomes {
+    fn add_assign(&mut self, o: Outcomes) {
+        self.arrived += o.arrived;
+        self.on_time += o.on_time;
+        self.late += o.late;
+        self.shed += o.shed;
+        self.refused += o.refused;
+        self.unfinished += o.unfinished;
+    }
+}
+
 impl Outcomes {
     pub fn late_share(&self) -> f64 {
         let done = self.on_time + self.late;
