@@ -53,9 +53,12 @@
 //!   rates see no overload (a backlog from before the daemon started) is
 //!   drained out of what admission may use.
 //! * **Wasted admissions**: jobs the fast path let in that `admit` then
-//!   refused. While a class is limited, its budget gives up that share of
-//!   its headroom, so the NIC carries the refusals (nanoseconds) instead of
-//!   the server (a parsed request).
+//!   refused, counted per class and named in a limited class's decisions.
+//!   They do not cut its budget: the headroom keeps the queue fed between a
+//!   heavy tail's bursts, and giving it up idled workers without moving
+//!   refusals to the NIC, which carries most of them anyway (the budget
+//!   follows the capacity model; `admit` trims what the queue's variance
+//!   lets through).
 //! * **The sanity guard**: a refusal while the backend is idle (a short
 //!   queue, under half its capacity busy) is the model being wrong, not
 //!   overload: the budget stays open, the answer is admit, it is logged once
