@@ -713,12 +713,15 @@ impl Controller {
             adaptive.iter().map(|name| self.policies[*name].capacity() * slacks[*name].mean_service_ms / 1000.0).sum();
         let (capacity, source) = self.capacity.capacity(p.workers, max_rates);
         let capacity = capacity.max(f64::MIN_POSITIVE);
-        let running: Option<f64> = adaptive
+        // The classes with work offered (or let in) in the last second: the
+        // ones whose running jobs, rooms, waits and reserves count now (a
+        // decayed demand never quite reaches zero).
+        let offering: Vec<&String> = adaptive.iter().copied().filter(|n| asked(n) > 0.0).collect();
+        let running: Option<f64> = offering
             .iter()
-            .filter(|n| asked(n) > 0.0)
             .map(|n| slacks[*n].running.map(|r| r as f64))
             .sum::<Option<f64>>()
-            .filter(|_| adaptive.iter().any(|n| asked(n) > 0.0));
+            .filter(|_| !offering.is_empty());
 
         // What each controlled class asks of the backend, worker-seconds/s.
         let decay = (-dt_s / DEMAND_MEMORY_S).exp();
@@ -745,10 +748,9 @@ impl Controller {
         // the law acts for every class and may cut any tier.
         let tier_demand =
             |keep: &dyn Fn(Tier) -> bool| -> f64 { claims.iter().filter(|c| keep(c.tier)).map(|c| c.demand).sum() };
-        let demanding: Vec<&String> = adaptive
+        let demanding: Vec<&String> = offering
             .iter()
             .copied()
-            .filter(|n| asked(n) > 0.0)
             .filter(|n| {
                 let tier = self.policies[*n].tier;
                 source != CapacitySource::Configured || tier_demand(&|t| t > tier) > 0.0
@@ -816,7 +818,7 @@ impl Controller {
             CapacitySource::MaxRates => Hold::default(),
             _ if demand > available => Hold::default(),
             _ => Hold::measure(
-                adaptive.iter().filter(|n| asked(n) > 0.0 && slacks[**n].has_evidence()).map(|n| {
+                offering.iter().filter(|n| slacks[**n].has_evidence()).map(|n| {
                     let s = &slacks[*n];
                     (s.queue_term_ms, s.deadline_ms - s.safety_ms - s.service_term_ms)
                 }),
@@ -845,13 +847,11 @@ impl Controller {
         let mix_mean = if rate_sum > 0.0 { mean_sum / rate_sum } else { 0.0 };
         let mix_cs2 = if mix_mean > 0.0 { (m2_sum / rate_sum / (mix_mean * mix_mean) - 1.0).max(0.0) } else { 1.0 };
         let mut tier_room: BTreeMap<Tier, f64> = BTreeMap::new();
-        for n in &adaptive {
-            if asked(n) > 0.0 {
-                let s = &slacks[*n];
-                let room = (s.deadline_ms - s.safety_ms - s.service_term_ms).max(0.0);
-                let r = tier_room.entry(self.policies[*n].tier).or_insert(room);
-                *r = r.min(room);
-            }
+        for n in &offering {
+            let s = &slacks[*n];
+            let room = (s.deadline_ms - s.safety_ms - s.service_term_ms).max(0.0);
+            let r = tier_room.entry(self.policies[*n].tier).or_insert(room);
+            *r = r.min(room);
         }
         let ceiling = |tier: Tier| {
             tier_room
@@ -872,13 +872,12 @@ impl Controller {
         };
 
         // Workers each class must leave free for the tiers above it with work
-        // coming (offered in the last second: a decayed demand never quite
-        // reaches zero).
+        // coming.
         let reserves: BTreeMap<&String, Option<Reserve>> = adaptive
             .iter()
             .map(|n| {
                 let tier = self.policies[*n].tier;
-                let higher = adaptive.iter().zip(&claims).filter(|(m, c)| c.tier < tier && asked(m) > 0.0);
+                let higher = adaptive.iter().zip(&claims).filter(|(m, c)| c.tier < tier && offering.contains(m));
                 let higher = higher.map(|(_, c)| c);
                 let top = higher.clone().map(|c| c.tier).min();
                 let demand: f64 = higher.map(|c| c.demand).sum();
@@ -888,9 +887,8 @@ impl Controller {
             .collect();
 
         // Higher-tier classes whose jobs are losing their chance to the wait.
-        let pressed: Vec<(Tier, &String)> = adaptive
+        let pressed: Vec<(Tier, &String)> = offering
             .iter()
-            .filter(|n| asked(n) > 0.0)
             .filter(|n| slacks[**n].has_evidence() && slacks[**n].p_on_time < slacks[**n].threshold)
             .map(|n| (self.policies[*n].tier, *n))
             .collect();
