@@ -27,6 +27,22 @@ fn reference() -> Workload {
     Workload { classes: vec![c], workers: 8, duration_s: 80.0, workers_known: true }
 }
 
+/// 15 jobs/s, then 5x for 20 s from 20 s: 8 workers finish about 50/s.
+fn flash_crowd() -> Workload {
+    let mut c = Class::new("chat", Tier::Standard, 2_000.0, 120.0, 400.0, 15.0);
+    c.rates = vec![(0.0, 15.0), (20.0, 75.0), (40.0, 15.0)];
+    c.max_rate = 150.0;
+    Workload { classes: vec![c], workers: 8, duration_s: 60.0, workers_known: true }
+}
+
+/// `load` times capacity for 40 s, the capacity learnt (no `workers`): 8
+/// workers at a mean of 157 ms finish about 51 jobs/s.
+fn load_sweep(load: f64) -> Workload {
+    let mut c = Class::new("chat", Tier::Standard, 2_000.0, 120.0, 400.0, 51.0 * load);
+    c.max_rate = 51.0 * 4.0 * 1.5;
+    Workload { classes: vec![c], workers: 8, duration_s: 40.0, workers_known: false }
+}
+
 fn sum(v: &[f64]) -> f64 {
     v.iter().sum()
 }
@@ -204,11 +220,7 @@ fn two_tiers_sharing_workers_protect_the_critical_tier() {
 
 #[test]
 fn a_flash_crowd_is_cut_within_a_second() {
-    // 15 jobs/s, then 5x for 20 s: 8 workers finish about 50/s.
-    let mut c = Class::new("chat", Tier::Standard, 2_000.0, 120.0, 400.0, 15.0);
-    c.rates = vec![(0.0, 15.0), (20.0, 75.0), (40.0, 15.0)];
-    c.max_rate = 150.0;
-    let w = Workload { classes: vec![c], workers: 8, duration_s: 60.0, workers_known: true };
+    let w = flash_crowd();
     for seed in SEEDS {
         let cut = run(&w, Mode::Enforce, seed, 20.0, 40.0).first_cut("chat", 20_000).expect("the crowd was cut");
         assert!(cut <= 21_000, "seed {seed}: first cut at {cut} ms, onset at 20000 ms");
@@ -225,11 +237,8 @@ fn a_flash_crowd_is_cut_within_a_second() {
 
 #[test]
 fn a_load_sweep_from_half_to_four_times_capacity() {
-    // 8 workers at a mean of 157 ms finish about 51 jobs/s.
     for load in [0.5, 1.0, 2.0, 4.0] {
-        let mut c = Class::new("chat", Tier::Standard, 2_000.0, 120.0, 400.0, 51.0 * load);
-        c.max_rate = 51.0 * 4.0 * 1.5;
-        let w = Workload { classes: vec![c], workers: 8, duration_s: 40.0, workers_known: false };
+        let w = load_sweep(load);
         let j = judge(&w, 10.0, 40.0);
         j.report(&format!("load {load}x"));
         j.reaches(&format!("load {load}x"), 0.9, &[0]);
@@ -305,22 +314,11 @@ fn a_gateway_that_asks_only_on_arrival_predicts_the_wait() {
     // tail (9.3% late), 106% in the flash crowd, 93% at twice capacity;
     // without the queue 15%, 41% and 67%: a job's age at arrival says
     // nothing of its wait.
-    let mut flash = Class::new("chat", Tier::Standard, 2_000.0, 120.0, 400.0, 15.0);
-    flash.rates = vec![(0.0, 15.0), (20.0, 75.0), (40.0, 15.0)];
-    flash.max_rate = 150.0;
-    let mut twice = Class::new("chat", Tier::Standard, 2_000.0, 120.0, 400.0, 102.0);
-    twice.max_rate = 306.0;
-    let one = |c: Class, duration_s: f64, workers_known: bool| Workload {
-        classes: vec![c],
-        workers: 8,
-        duration_s,
-        workers_known,
-    };
     // (workload, judged from, to)
     let families = [
         ("reference tail", reference(), 30.0, 60.0),
-        ("flash crowd", one(flash, 60.0, true), 20.0, 40.0),
-        ("load 2x", one(twice, 40.0, false), 10.0, 40.0),
+        ("flash crowd", flash_crowd(), 20.0, 40.0),
+        ("load 2x", load_sweep(2.0), 10.0, 40.0),
     ];
     for (what, w, from_s, to_s) in families {
         let bound: f64 = SEEDS.iter().map(|seed| sum(&blind_bound(&w, *seed, from_s, to_s, true))).sum();

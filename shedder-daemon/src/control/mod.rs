@@ -893,6 +893,9 @@ impl Controller {
             .map(|n| (self.policies[*n].tier, *n))
             .collect();
 
+        // What a job arriving now waits per job ahead of it: one model for every class.
+        let ahead = QueueAhead::new(capacity, mix_mean).filter(|_| source != CapacitySource::MaxRates);
+
         let mut decisions = Vec::new();
         for (name, policy) in &self.policies {
             let s = slacks[name];
@@ -1016,7 +1019,7 @@ impl Controller {
                     budget: state.published,
                     reserve: reserves.get(name).copied().flatten(),
                     running,
-                    ahead: QueueAhead::new(capacity, mix_mean).filter(|_| source != CapacitySource::MaxRates),
+                    ahead,
                 },
             );
         }
