@@ -940,6 +940,12 @@ impl Controller {
                                 policy.tier.as_str()
                             ));
                             max_rate
+                        } else if demand > admission {
+                            words.push(format!(
+                                "demand {demand:.2} > available {admission:.2} worker-s/s, but no backlog stands \
+                                 and the law has not cut: no limit"
+                            ));
+                            max_rate
                         } else {
                             words.push(format!("demand {demand:.2} <= available {admission:.2} worker-s/s: no limit"));
                             max_rate

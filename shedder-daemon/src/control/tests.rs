@@ -436,6 +436,28 @@ fn a_stalled_daemon_does_not_jump_its_recovery() {
 }
 
 #[test]
+fn demand_over_capacity_without_a_backlog_or_a_cut_says_why_it_does_not_bind() {
+    // Two workers at a mean of 125 ms finish 16 jobs/s; 20/s are offered.
+    let params = ControlParams { workers: Some(2.0), ..ControlParams::default() };
+    let policies = BTreeMap::from([("chat".to_string(), adaptive(1.0, 100.0, false))]);
+    let mut c = Controller::new(params, policies).unwrap();
+    let offered = BTreeMap::from([("chat".to_string(), 20.0)]);
+    let backlog = BTreeMap::from([("chat".to_string(), estimate("chat", 2_630.0, 300.0))]);
+    let cut = tick(&mut c, ms(0), &backlog, &[], &offered);
+    assert!(cut.iter().any(|d| d.action == Action::Cut && d.reason.contains("> available")), "{cut:?}");
+    // The queue is gone: the same demand no longer binds, and the reason
+    // says it is still over capacity, not under it.
+    let short = BTreeMap::from([("chat".to_string(), estimate("chat", 20.0, 300.0))]);
+    let opened = tick(&mut c, ms(100), &short, &[], &offered);
+    let opened = opened.iter().find(|d| d.new_rate == 100.0).expect("chat opened");
+    assert!(
+        opened.reason.contains("demand 2.5") && opened.reason.contains("> available 2.00 worker-s/s, but no backlog"),
+        "{}",
+        opened.reason
+    );
+}
+
+#[test]
 fn the_sanity_guard_keeps_an_idle_backend_open() {
     // A margin so large that the model would refuse everything (the
     // configured safety is checked at config load; here it is forced).
