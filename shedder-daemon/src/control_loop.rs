@@ -36,9 +36,15 @@ const DEMAND_RISE_TICKS: u32 = 2;
 /// ...when its count there exceeds what the horizon's rate predicts by more
 /// than this many standard deviations (of a Poisson count): less is chance,
 /// and taking the larger of two noisy readings would inflate every demand.
-/// (A fall is not read this way: 40/s after 100/s is 8 SYNs against 20 in
-/// two ticks, under 3 deviations, so falls keep the horizon's second.)
 const DEMAND_RISE_SIGMAS: f64 = 3.0;
+/// A fall is judged apart: the horizon's rate falls with the demand, so a
+/// fall is read against the stretch before it, split where it shows most,
+/// with at least this many ticks on either side of the split...
+const DEMAND_FALL_TICKS: u32 = 2;
+/// ...and its count is this many standard deviations below its share of
+/// the horizon's (given the horizon's count, a binomial). 100/s falling to
+/// 40/s shows after about three 100 ms ticks.
+const DEMAND_FALL_SIGMAS: f64 = 3.0;
 /// Recent decisions kept for the control socket's `decisions` op.
 const DECISIONS_KEPT: usize = 1024;
 
@@ -204,11 +210,13 @@ impl ControlLoop {
             snapshots.iter().map(|s| (s.name.clone(), f(&s.counters))).collect()
         };
         let mut offered = self.tenant_offered.update(now, count(|c| c.offered()));
-        // Demand rises at once and falls over the horizon: a tenant whose
-        // clients step up must not wait a second for its share.
+        // Demand follows a step within a few ticks, either way: a tenant
+        // whose clients step up must not wait a second for its share, nor
+        // the others for what one that stepped down no longer uses.
         let tick = Duration::from_millis(self.controller.params().tick_ms);
         let risen = self.tenant_offered.risen(&offered, tick * DEMAND_RISE_TICKS, DEMAND_RISE_SIGMAS);
         offered.extend(risen);
+        offered.extend(self.tenant_offered.fallen(tick * DEMAND_FALL_TICKS, DEMAND_FALL_SIGMAS));
         let admitted_totals: BTreeMap<String, u64> = count(|c| c.admitted);
         let admitted = self.tenant_admitted.update(now, admitted_totals.clone());
         let loads: Vec<TenantLoad> = self
@@ -319,6 +327,42 @@ impl CounterRates {
             })
             .collect()
     }
+
+    /// Counters whose count since some snapshot at least `span` back (with
+    /// at least `span` of history before it) falls short of that stretch's
+    /// share of the whole history's count by more than `sigmas` standard
+    /// deviations (given the count, equal rates would split it in proportion
+    /// to time: a binomial), with their rate over the stretch that shows the
+    /// fall most; the others are left out.
+    fn fallen(&self, span: Duration, sigmas: f64) -> BTreeMap<String, f64> {
+        let (Some((now, new)), Some((start, first))) = (self.history.back(), self.history.front()) else {
+            return BTreeMap::new();
+        };
+        let whole = now.saturating_sub(*start).as_secs_f64();
+        let splits: Vec<(f64, &BTreeMap<String, u64>)> = self
+            .history
+            .iter()
+            .filter(|(at, _)| now.saturating_sub(*at) >= span && at.saturating_sub(*start) >= span)
+            .map(|(at, snapshot)| (now.saturating_sub(*at).as_secs_f64(), snapshot))
+            .collect();
+        let count = |snapshot: &BTreeMap<String, u64>, name: &str| snapshot.get(name).copied().unwrap_or(0) as f64;
+        new.keys()
+            .filter_map(|name| {
+                let total = count(new, name) - count(first, name);
+                splits
+                    .iter()
+                    .map(|(secs, snapshot)| {
+                        let after = count(new, name) - count(snapshot, name);
+                        let share = secs / whole;
+                        let z = (after - total * share) / (total * share * (1.0 - share)).max(1.0).sqrt();
+                        (z, after / secs)
+                    })
+                    .filter(|(z, _)| *z < -sigmas)
+                    .min_by(|a, b| a.0.total_cmp(&b.0))
+                    .map(|(_, rate)| (name.clone(), rate))
+            })
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -361,5 +405,48 @@ mod tests {
         assert!((risen["a"] - 1000.0).abs() < 1e-9, "{risen:?}");
         // No stretch that long yet: nothing.
         assert!(CounterRates::default().risen(&horizon, span, 3.0).is_empty());
+    }
+
+    #[test]
+    fn a_fall_shows_within_a_few_ticks_and_chance_seldom_reads_as_one() {
+        use rand::{SeedableRng, rngs::SmallRng};
+        use statrs::distribution::{Discrete, Poisson};
+        let (tick, span) = (Duration::from_millis(100), Duration::from_millis(200));
+        let mut rng = SmallRng::seed_from_u64(7);
+        // A Poisson count by inversion of its distribution function.
+        let mut draw = |mean: f64| {
+            let poisson = Poisson::new(mean).unwrap();
+            let u: f64 = rand::RngExt::random(&mut rng);
+            let (mut k, mut cdf) = (0u64, poisson.pmf(0));
+            while cdf < u {
+                k += 1;
+                cdf += poisson.pmf(k);
+            }
+            k
+        };
+        let (mut steady_ticks, mut false_falls, mut after) = (0, 0, Vec::new());
+        for _ in 0..50 {
+            // 100/s for 5 s, then 40/s for a second.
+            let (mut rates, mut total, mut seen) = (CounterRates::default(), 0, None);
+            for t in 0..=60u32 {
+                total += draw(if t <= 50 { 10.0 } else { 4.0 });
+                rates.update(tick * t, counts(total));
+                let fallen = rates.fallen(span, 3.0);
+                if (10..=50).contains(&t) {
+                    steady_ticks += 1;
+                    false_falls += usize::from(!fallen.is_empty());
+                } else if t > 50 && seen.is_none() {
+                    seen = fallen.get("a").map(|rate| (t - 50, *rate));
+                }
+            }
+            after.push(seen.expect("the fall shows within the horizon"));
+        }
+        let mut ticks: Vec<u32> = after.iter().map(|(t, _)| *t).collect();
+        ticks.sort();
+        assert!(ticks[ticks.len() / 2] <= 3, "median ticks to see the fall: {after:?}");
+        let mut read: Vec<f64> = after.iter().map(|(_, rate)| *rate).collect();
+        read.sort_by(f64::total_cmp);
+        assert!((read[read.len() / 2] - 40.0).abs() < 10.0, "the rate read is the new one: {after:?}");
+        assert!(false_falls * 100 < steady_ticks, "{false_falls} false falls in {steady_ticks} steady ticks");
     }
 }

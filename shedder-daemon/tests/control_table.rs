@@ -163,3 +163,29 @@ fn a_tenant_whose_demand_rises_has_the_lent_share_within_two_ticks() {
     let first_full = rates.iter().skip(30).position(|r| *r >= 0.95 * settled).expect("it gets there") + 1;
     assert!(first_full <= 2, "at 95% of its share after {first_full} ticks: {:?}", &rates[29..40]);
 }
+
+#[test]
+fn a_tenant_whose_demand_falls_lends_its_share_within_a_few_ticks() {
+    let (mut daemon, fastpath) = memory_bed::daemon(TENANTS);
+    let send = |third_octet: u8, n: u16| {
+        for i in 0..n {
+            let frame = TcpFrame::v4([10, 7, third_octet, 2], SERVER_V4).ports(40_000 + i, 8000).build();
+            fastpath.receive(&frame, monotonic_ns());
+        }
+    };
+    // Both ask 500/s for 3 s, each held to its 200/s; then `quiet` asks 20/s.
+    let mut rates = Vec::new();
+    for tick in 1..=60u32 {
+        send(1, 50);
+        send(2, if tick <= 30 { 50 } else { 2 });
+        daemon.control_mut().tick(TICK * tick, monotonic_ns()).unwrap();
+        rates.push(tenant_rate(&fastpath, "rising"));
+    }
+    assert_eq!(rates[29], 200.0, "before the fall nobody has anything to lend");
+    // `rising` borrows what `quiet` leaves (it keeps 25/s of its 200): 375/s.
+    let settled = rates[59];
+    assert!((settled - 375.0).abs() < 1.0, "settled at {settled}/s: {rates:?}");
+    let first_full = rates.iter().skip(30).position(|r| *r >= 0.95 * settled).expect("it gets there") + 1;
+    // Read over the horizon alone, the fall took 10 ticks to lend in full.
+    assert!(first_full <= 3, "at 95% of what is lent after {first_full} ticks: {:?}", &rates[29..42]);
+}
