@@ -184,8 +184,15 @@ impl ControlLoop {
         self.admissions.decay(self.last_tick.map_or(0.0, |t| now.saturating_sub(t).as_secs_f64()));
         self.last_tick = Some(now);
         let estimates = self.estimators.estimate_all(now);
-        let inputs =
-            TickInputs { estimates: &estimates, gpu: &gpu, admitted: &admitted, offered: &offered, wasted: &wasted };
+        let starts = self.admissions.take_starts();
+        let inputs = TickInputs {
+            estimates: &estimates,
+            gpu: &gpu,
+            admitted: &admitted,
+            offered: &offered,
+            wasted: &wasted,
+            starts: &starts,
+        };
         let decisions = self.controller.tick(now, &inputs);
         let lent = self.lend_tenant_rates(now)?;
         if !decisions.is_empty() || lent {

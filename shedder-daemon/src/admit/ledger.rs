@@ -8,8 +8,8 @@
 //!
 //! The `admit` op writes here (through `&self`: it runs between ticks, one
 //! op at a time); the control loop reads the refusal counts each tick to
-//! turn them into rates, takes the refused jobs' waits, and decays the
-//! retry share.
+//! turn them into rates, takes the refused jobs' waits and how many jobs a
+//! server had in service as each job started, and decays the retry share.
 
 use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
@@ -40,13 +40,19 @@ pub enum Asked {
     AtStart,
 }
 
-/// Refused jobs' waits kept between ticks at most; beyond, the oldest go.
+/// Refused jobs' waits kept between ticks at most; beyond, the newest go.
 const MAX_REFUSED_WAITS: usize = 65_536;
+
+/// Starts kept between ticks at most; beyond, the newest go.
+const MAX_STARTS: usize = 65_536;
 
 #[derive(Debug, Default)]
 pub struct AdmissionLedger {
     classes: Mutex<BTreeMap<String, ClassLedger>>,
     refused_waits: Mutex<Vec<(String, f64)>>,
+    /// Jobs in service as each job started (servers' `running`), since the
+    /// last tick took them.
+    starts: Mutex<Vec<f64>>,
 }
 
 impl AdmissionLedger {
@@ -75,6 +81,20 @@ impl AdmissionLedger {
                 waits.push((class.to_string(), decision.queue_age_ms));
             }
         }
+    }
+
+    /// A job starts with `running` others in service (the `admit` op's
+    /// field, asked at start).
+    pub fn started_with(&self, running: f64) {
+        let mut starts = self.starts.lock().unwrap_or_else(PoisonError::into_inner);
+        if starts.len() < MAX_STARTS {
+            starts.push(running);
+        }
+    }
+
+    /// Jobs in service as each job started since the last call, oldest first.
+    pub fn take_starts(&self) -> Vec<f64> {
+        std::mem::take(&mut *self.starts.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// The waits of jobs refused since the last call: (class, ms).
@@ -143,6 +163,11 @@ mod tests {
         assert_eq!(l.take_refused_waits(), vec![("chat".to_string(), 0.0), ("chat".to_string(), 0.0)]);
         assert!(l.take_refused_waits().is_empty());
         assert_eq!(l.retry_share("other"), 0.0);
+        // How full the backend was at each start, handed over once.
+        l.started_with(3.0);
+        l.started_with(7.0);
+        assert_eq!(l.take_starts(), vec![3.0, 7.0]);
+        assert!(l.take_starts().is_empty());
         // Asked at arrival: a job let in is counted when it starts; a refused
         // one counts as a refusal, with no wait behind it.
         l.record("chat", &decision(Verdict::Admit, true), false, Asked::OnArrival);

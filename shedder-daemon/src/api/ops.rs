@@ -246,6 +246,9 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
     );
     let asked = if request.waiting_ahead.is_some() { Asked::OnArrival } else { Asked::AtStart };
     ledger.record(&request.class, &decision, attempt > 1 || request.hedge, asked);
+    if let Some(running) = admit_request.running.filter(|_| asked == Asked::AtStart) {
+        ledger.started_with(running);
+    }
     control.distributions().observe_admission(&request.class, decision.slack_ms, decision.verdict.as_str());
     Ok(AdmitAnswer {
         verdict: decision.verdict,

@@ -86,6 +86,7 @@ pub mod queueing;
 pub mod reserve;
 pub mod safety;
 pub mod slack;
+mod starts;
 pub mod tier;
 
 use std::collections::BTreeMap;
@@ -103,6 +104,7 @@ pub use hold::Hold;
 use law::{Law, Move};
 pub use reserve::Reserve;
 pub use slack::{Slack, Stale, slack};
+use starts::StartLog;
 pub use tier::Tier;
 
 use crate::estimate::ClassEstimate;
@@ -457,10 +459,18 @@ struct State {
     demand: f64,
     /// The last mean service time measured, ms (0 until one is).
     mean_service_ms: f64,
+    /// A budget, jobs/s, that the allotted one is kept at or above: raised
+    /// while the backend had free workers at every recent start under a
+    /// binding budget (the model's mean lags a regime that got cheaper),
+    /// dropped once a queue stands with every worker taken; 0 when none.
+    probe: f64,
 }
 
 /// How long a class's demand is remembered after it falls, s.
 pub const DEMAND_MEMORY_S: f64 = 1.0;
+
+/// A starved budget's rise per tick.
+const PROBE_STEP: f64 = 1.25;
 
 /// The model's view of one class at the last tick: what job-level
 /// admission ([`crate::admit`]) judges a job against, so that the `admit`
@@ -534,6 +544,10 @@ pub struct TickInputs<'a> {
     /// Jobs/s that passed the fast path and were then refused by job-level
     /// admission: work the fast path should have refused for nanoseconds.
     pub wasted: &'a BTreeMap<String, f64>,
+    /// Jobs the server said it had in service as each job started since the
+    /// last tick, oldest first (the one starting not counted): `admit`'s
+    /// `running`, asked at start. Empty when no start said.
+    pub starts: &'a [f64],
 }
 
 /// Budgets for every class, moved once per tick.
@@ -552,6 +566,7 @@ pub struct Controller {
     plan: CapacityPlan,
     /// Times the sanity guard stopped a refusal of an idle backend, per class.
     guard_trips: BTreeMap<String, u64>,
+    starts: StartLog,
 }
 
 impl Controller {
@@ -576,6 +591,7 @@ impl Controller {
             views: BTreeMap::new(),
             plan: CapacityPlan::default(),
             guard_trips: BTreeMap::new(),
+            starts: StartLog::default(),
         })
     }
 
@@ -895,6 +911,9 @@ impl Controller {
 
         // What a job arriving now waits per job ahead of it: one model for every class.
         let ahead = QueueAhead::new(capacity, mix_mean).filter(|_| source != CapacitySource::MaxRates);
+        // Workers free at the busiest of the recent starts (see `starts`).
+        self.starts.record(input.starts);
+        let free = self.starts.free_at_busiest(capacity);
 
         let mut decisions = Vec::new();
         for (name, policy) in &self.policies {
@@ -922,7 +941,22 @@ impl Controller {
                         if hold.draining() {
                             words.push(hold.words());
                         }
-                        let mut target = if binding && share < state.demand {
+                        let allotted = binding && share < state.demand;
+                        // Free workers at every recent start while this
+                        // class's connections are refused: the budget starves
+                        // the backend (a mean that lags work grown cheaper).
+                        let kept = reserves.get(name).copied().flatten().map_or(0.0, |r| r.workers);
+                        let refusing = rate_of(input.offered, name) > rate_of(input.admitted, name);
+                        let starved = free.is_some_and(|f| f >= 1.0 + kept) && refusing;
+                        // A recent start found every worker taken.
+                        let full = free.is_some_and(|f| f < 1.0);
+                        state.probe = match () {
+                            // Overload back, or a queue standing with every worker taken.
+                            _ if !allotted || effective < capacity || (backlogged && full) => 0.0,
+                            _ if starved => state.probe.max(state.published) * PROBE_STEP,
+                            _ => state.probe,
+                        };
+                        let mut target = if allotted {
                             words.push(format!(
                                 "demand {demand:.2} > available {admission:.2} worker-s/s: {} class, weight {}, \
                                  allotted {share:.2} worker-s/s = {:.2} jobs/s at mean service {:.0} ms, +{:.0}% headroom",
@@ -932,7 +966,14 @@ impl Controller {
                                 s.mean_service_ms,
                                 headroom * 100.0
                             ));
-                            share * 1000.0 / s.mean_service_ms.max(1e-9) * (1.0 + headroom)
+                            let model = share * 1000.0 / s.mean_service_ms.max(1e-9) * (1.0 + headroom);
+                            if state.probe > model {
+                                words.push(format!(
+                                    "raised to {:.2} jobs/s: workers were free under it (the mean lags)",
+                                    state.probe
+                                ));
+                            }
+                            model.max(state.probe)
                         } else if binding {
                             words.push(format!(
                                 "demand {demand:.2} > available {admission:.2} worker-s/s, but the {} tier's \
@@ -1101,7 +1142,14 @@ fn model_words(plan: &CapacityPlan, s: &Slack, class: &str, law: &Move, p: &Cont
 }
 
 fn initial_state(policy: &ClassPolicy) -> State {
-    State { published: policy.capacity(), gated: false, guard_logged: false, demand: 0.0, mean_service_ms: 0.0 }
+    State {
+        published: policy.capacity(),
+        gated: false,
+        guard_logged: false,
+        demand: 0.0,
+        mean_service_ms: 0.0,
+        probe: 0.0,
+    }
 }
 
 #[cfg(test)]

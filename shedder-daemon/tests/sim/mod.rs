@@ -239,6 +239,8 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
     let mut queue: VecDeque<Job> = VecDeque::new();
     let mut workers: Vec<Option<(f64, Job)>> = vec![None; w.workers];
     let mut pending: Vec<(usize, Observation)> = Vec::new();
+    // Jobs in service as each job started since the last tick (`admit`'s `running`).
+    let mut starts: Vec<f64> = Vec::new();
     // Per class, the times of the last second's arrivals, admissions and refusals.
     let mut seen: Vec<VecDeque<f64>> = vec![VecDeque::new(); n];
     let mut passed: Vec<VecDeque<f64>> = vec![VecDeque::new(); n];
@@ -336,13 +338,15 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                 if mode == Mode::Enforce
                     && let Some(view) = controller.view(c.name)
                 {
+                    let running = workers.iter().flatten().count() as f64;
+                    starts.push(running);
                     let request = AdmitRequest {
                         deadline_ms: job.arrival_ms + c.deadline_ms,
                         queue_age: QueueAge::QueuedAtMs(job.arrival_ms),
                         now_ms: t,
                         attempt: 1,
                         hedge: false,
-                        running: Some(workers.iter().flatten().count() as f64),
+                        running: Some(running),
                         waiting_ahead: None,
                     };
                     let d = admit(&request, view, &policy, 0.0, params.retry_share_max, &mut rng);
@@ -379,8 +383,14 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
         };
         let (offered, admitted, refused) = (rates(&mut seen), rates(&mut passed), rates(&mut wasted));
         let estimates = estimators.estimate_all(at);
-        let inputs =
-            TickInputs { estimates: &estimates, gpu: &[], admitted: &admitted, offered: &offered, wasted: &refused };
+        let inputs = TickInputs {
+            estimates: &estimates,
+            gpu: &[],
+            admitted: &admitted,
+            offered: &offered,
+            wasted: &refused,
+            starts: &std::mem::take(&mut starts),
+        };
         let made = controller.tick(at, &inputs);
         for (i, c) in w.classes.iter().enumerate() {
             let rate = controller.rate(c.name).unwrap();

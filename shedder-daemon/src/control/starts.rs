@@ -1,0 +1,76 @@
+//! Starts: how full the backend was as each of its recent jobs started
+//! (`admit`'s `running`, asked at start), to tell a budget that starves the
+//! backend from one that keeps it busy.
+//!
+//! Under a budget the workers can keep up with, a job starts as another
+//! finishes: the backend is full at nearly every start. Under one set too
+//! low (a mean service time that lags work grown cheaper, after a tail has
+//! gone), jobs start on idle workers. One start says little (a gap between
+//! arrivals leaves a worker free for a moment); as many starts as there are
+//! workers, all with workers to spare, say the budget is the limit.
+
+use std::collections::VecDeque;
+
+/// Starts remembered; more than any backend's worker count needs.
+const KEPT: usize = 1024;
+
+#[derive(Clone, Debug, Default)]
+pub struct StartLog {
+    /// Jobs in service as each start happened (the starting one not counted), oldest first.
+    running: VecDeque<f64>,
+    /// Whether the last tick brought starts.
+    fresh: bool,
+}
+
+impl StartLog {
+    /// Takes in the starts since the last tick.
+    pub fn record(&mut self, starts: &[f64]) {
+        self.fresh = !starts.is_empty();
+        for &running in starts.iter().filter(|r| r.is_finite() && **r >= 0.0) {
+            if self.running.len() == KEPT {
+                self.running.pop_front();
+            }
+            self.running.push_back(running);
+        }
+    }
+
+    /// Workers free beyond the starting job at the busiest of the last
+    /// `capacity` starts (rounded up), when the last tick brought starts and
+    /// that many have been seen.
+    pub fn free_at_busiest(&self, capacity: f64) -> Option<f64> {
+        let n = capacity.ceil().max(1.0) as usize;
+        if !self.fresh || self.running.len() < n {
+            return None;
+        }
+        let busiest = self.running.iter().rev().take(n).copied().fold(0.0, f64::max);
+        Some(capacity - busiest - 1.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_workers_count_only_when_every_recent_start_had_them() {
+        // (starts, oldest first; capacity; free at the busiest of the last `capacity`)
+        let rows: [(&[f64], f64, Option<f64>); 6] = [
+            (&[], 4.0, None),
+            (&[1.0, 0.0, 2.0], 4.0, None),                // fewer starts than workers
+            (&[3.0, 1.0, 0.0, 2.0, 1.0], 4.0, Some(1.0)), // the last four: busiest 2, so 1 more free
+            (&[1.0, 0.0, 3.0, 0.0, 1.0], 4.0, Some(0.0)), // one of them found the backend full
+            (&[0.0; 8], 8.0, Some(7.0)),
+            (&[2.0, 2.0, 2.0], 2.5, Some(-0.5)), // capacity rounds up to 3 starts
+        ];
+        for (starts, capacity, free) in rows {
+            let mut log = StartLog::default();
+            log.record(starts);
+            assert_eq!(log.free_at_busiest(capacity), free, "{starts:?} at {capacity}");
+        }
+        // A tick with no starts says nothing new.
+        let mut log = StartLog::default();
+        log.record(&[0.0; 4]);
+        log.record(&[]);
+        assert_eq!(log.free_at_busiest(4.0), None);
+    }
+}
