@@ -104,7 +104,7 @@ pub use hold::Hold;
 use law::{Law, Move};
 pub use reserve::Reserve;
 pub use slack::{Slack, Stale, slack};
-use starts::StartLog;
+use starts::{Backend, StartLog};
 pub use tier::Tier;
 
 use crate::estimate::ClassEstimate;
@@ -911,13 +911,12 @@ impl Controller {
 
         // What a job arriving now waits per job ahead of it: one model for every class.
         let ahead = QueueAhead::new(capacity, mix_mean).filter(|_| source != CapacitySource::MaxRates);
-        // Workers free at the busiest of the recent starts (see `starts`).
         self.starts.record(input.starts);
-        let free = self.starts.free_at_busiest(capacity);
 
         let mut decisions = Vec::new();
         for (name, policy) in &self.policies {
             let s = slacks[name];
+            let reserve = reserves.get(name).copied().flatten();
             let state = self.states.get_mut(name).expect("a state for every policy");
             let idle = idle_backend(&p, &s, busy, capacity);
             let was_gated = state.gated;
@@ -942,18 +941,16 @@ impl Controller {
                             words.push(hold.words());
                         }
                         let allotted = binding && share < state.demand;
-                        // Free workers at every recent start while this
+                        // A spare worker at every recent start while this
                         // class's connections are refused: the budget starves
                         // the backend (a mean that lags work grown cheaper).
-                        let kept = reserves.get(name).copied().flatten().map_or(0.0, |r| r.workers);
+                        let kept = reserve.map_or(0.0, |r| r.workers);
                         let refusing = rate_of(input.offered, name) > rate_of(input.admitted, name);
-                        let starved = free.is_some_and(|f| f >= 1.0 + kept) && refusing;
-                        // A recent start found every worker taken.
-                        let full = free.is_some_and(|f| f < 1.0);
-                        state.probe = match () {
+                        state.probe = match self.starts.backend(capacity, kept) {
                             // Overload back, or a queue standing with every worker taken.
-                            _ if !allotted || effective < capacity || (backlogged && full) => 0.0,
-                            _ if starved => state.probe.max(state.published) * PROBE_STEP,
+                            _ if !allotted || effective < capacity => 0.0,
+                            Backend::Full if backlogged => 0.0,
+                            Backend::Starved if refusing => state.probe.max(state.published) * PROBE_STEP,
                             _ => state.probe,
                         };
                         let mut target = if allotted {
@@ -1064,7 +1061,7 @@ impl Controller {
                     yields_to: pressed.iter().find(|(t, _)| *t < policy.tier).map(|(_, n)| (*n).clone()),
                     allocation: binding.then(|| allocation.get(name).copied()).flatten(),
                     budget: state.published,
-                    reserve: reserves.get(name).copied().flatten(),
+                    reserve,
                     running,
                     ahead,
                 },

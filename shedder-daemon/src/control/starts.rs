@@ -14,6 +14,18 @@ use std::collections::VecDeque;
 /// Starts remembered; more than any backend's worker count needs.
 const KEPT: usize = 1024;
 
+/// How full the backend was as its recent jobs started.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    /// Every one of as many starts as there are workers had a worker to
+    /// spare (beyond any kept for higher tiers).
+    Starved,
+    /// One of them found every worker taken.
+    Full,
+    /// Neither, or too few starts (none since the last tick) to say.
+    Unclear,
+}
+
 #[derive(Clone, Debug, Default)]
 pub struct StartLog {
     /// Jobs in service as each start happened (the starting one not counted), oldest first.
@@ -34,10 +46,20 @@ impl StartLog {
         }
     }
 
+    /// What the recent starts say of a backend of `capacity` workers, with
+    /// `kept` of them held for higher tiers.
+    pub fn backend(&self, capacity: f64, kept: f64) -> Backend {
+        match self.free_at_busiest(capacity) {
+            Some(free) if free >= 1.0 + kept => Backend::Starved,
+            Some(free) if free < 1.0 => Backend::Full,
+            _ => Backend::Unclear,
+        }
+    }
+
     /// Workers free beyond the starting job at the busiest of the last
     /// `capacity` starts (rounded up), when the last tick brought starts and
     /// that many have been seen.
-    pub fn free_at_busiest(&self, capacity: f64) -> Option<f64> {
+    fn free_at_busiest(&self, capacity: f64) -> Option<f64> {
         let n = capacity.ceil().max(1.0) as usize;
         if !self.fresh || self.running.len() < n {
             return None;
@@ -67,6 +89,13 @@ mod tests {
             log.record(starts);
             assert_eq!(log.free_at_busiest(capacity), free, "{starts:?} at {capacity}");
         }
+        // Read as a whole: a spare worker beyond those kept, none, or neither.
+        let mut log = StartLog::default();
+        log.record(&[3.0, 1.0, 0.0, 2.0, 1.0]);
+        assert_eq!(log.backend(4.0, 0.0), Backend::Starved);
+        assert_eq!(log.backend(4.0, 1.0), Backend::Unclear);
+        log.record(&[3.0]);
+        assert_eq!(log.backend(4.0, 0.0), Backend::Full);
         // A tick with no starts says nothing new.
         let mut log = StartLog::default();
         log.record(&[0.0; 4]);
