@@ -4,11 +4,8 @@
 //! Every quantity is in worker-seconds per second. A class never gets more
 //! than it asks for; what one class of a tier does not use goes to the
 //! others of the tier, and what the tier does not use goes to the next.
-//!
-//! A tier may also set a *ceiling* on the total the backend carries once it
-//! is served ([`super::queueing`]: the load at which its jobs still get
-//! through the queue in time): tiers below it then share only what is left
-//! under that ceiling.
+//! (What keeps a lower tier's long jobs from taking every worker a higher
+//! tier needs at once is job-level, in [`super::reserve`].)
 
 use super::tier::Tier;
 
@@ -21,19 +18,16 @@ pub struct Claim {
     pub demand: f64,
 }
 
-/// Each claim's share of `capacity`, in the claims' order. `ceiling(tier)`
-/// is the most the backend should carry in all, for that tier's sake, once
-/// the tier is served (infinite for none).
-pub fn allocate(capacity: f64, claims: &[Claim], ceiling: impl Fn(Tier) -> f64) -> Vec<f64> {
+/// Each claim's share of `capacity`, in the claims' order.
+pub fn allocate(capacity: f64, claims: &[Claim]) -> Vec<f64> {
     let mut shares = vec![0.0; claims.len()];
     let capacity = capacity.max(0.0);
-    let mut lower_limit = f64::INFINITY;
     let mut tiers: Vec<Tier> = claims.iter().map(|c| c.tier).collect();
     tiers.sort();
     tiers.dedup();
     for tier in tiers {
         let used: f64 = shares.iter().sum();
-        let mut left = (capacity.min(lower_limit) - used).max(0.0);
+        let mut left = (capacity - used).max(0.0);
         // Water-filling: give every unsatisfied claim `level · weight`,
         // raising the level until the tier's claims or the capacity run out.
         let mut open: Vec<usize> = (0..claims.len()).filter(|&i| claims[i].tier == tier).collect();
@@ -55,10 +49,6 @@ pub fn allocate(capacity: f64, claims: &[Claim], ceiling: impl Fn(Tier) -> f64) 
             }
             open = partial;
         }
-        // What this tier needs in order to keep its deadlines caps what
-        // the tiers below may add (never below what is already carried).
-        let carried: f64 = shares.iter().sum();
-        lower_limit = lower_limit.min(ceiling(tier).max(carried));
     }
     shares
 }
@@ -69,22 +59,6 @@ mod tests {
 
     fn claim(tier: Tier, weight: f64, demand: f64) -> Claim {
         Claim { tier, weight, demand }
-    }
-
-    #[test]
-    fn a_tier_ceiling_limits_only_the_tiers_below() {
-        use Tier::*;
-        let claims = [claim(Critical, 1.0, 2.0), claim(Standard, 1.0, 3.0), claim(Sheddable, 1.0, 8.0)];
-        // Critical's jobs keep their deadlines up to 6 of 8 in all.
-        let shares = allocate(8.0, &claims, |t| if t == Critical { 6.0 } else { f64::INFINITY });
-        assert_eq!(shares, vec![2.0, 3.0, 1.0]);
-        // A ceiling below what the tier itself carries holds the rest at 0,
-        // and never takes from the tier itself.
-        let shares = allocate(8.0, &claims, |t| if t == Critical { 1.0 } else { f64::INFINITY });
-        assert_eq!(shares, vec![2.0, 0.0, 0.0]);
-        // Standard's own ceiling applies below it too.
-        let shares = allocate(8.0, &claims, |t| if t == Standard { 5.5 } else { f64::INFINITY });
-        assert_eq!(shares, vec![2.0, 3.0, 0.5]);
     }
 
     #[test]
@@ -122,7 +96,7 @@ mod tests {
             ("no demand", 5.0, vec![claim(Critical, 1.0, 0.0)], vec![0.0]),
         ];
         for (what, capacity, claims, expected) in rows {
-            let shares = allocate(capacity, &claims, |_| f64::INFINITY);
+            let shares = allocate(capacity, &claims);
             for (got, want) in shares.iter().zip(&expected) {
                 assert!((got - want).abs() < 1e-9, "{what}: {shares:?} != {expected:?}");
             }

@@ -23,9 +23,7 @@
 //!   all were admitted. Jobs cost their service time whether or not they
 //!   finish in time, and their size is unknown at admission.
 //! * **Allocation** ([`allocate`]): capacity goes tier by tier, by weight
-//!   within a tier; a tier may cap the load the tiers below it add
-//!   ([`queueing`]: the utilisation at which its jobs still clear the shared
-//!   queue in time). When demand exceeds what is available and overload is
+//!   within a tier. When demand exceeds what is available and overload is
 //!   in evidence (a backlog, or a law that has cut), a class's budget is the
 //!   rate its allotment can serve, `allotment / mean service`, plus
 //!   `headroom` (25%); a class whose allotment covers its demand is not
@@ -82,7 +80,6 @@ pub mod decision;
 pub mod gate;
 pub mod hold;
 mod law;
-pub mod queueing;
 pub mod reserve;
 pub mod safety;
 pub mod slack;
@@ -850,31 +847,7 @@ impl Controller {
         // a law that has cut): a demand estimate above capacity with no queue
         // behind it is noise, and refusing on it would cost work that fits.
         let binding = demand > admission && (backlogged || effective < capacity);
-        // The load each tier can take while its jobs still clear the shared
-        // queue in time (see `queueing`): from the mix of work now offered.
-        let (mut rate_sum, mut mean_sum, mut m2_sum) = (0.0, 0.0, 0.0);
-        for n in &adaptive {
-            let r = asked(n);
-            let curve = input.estimates.get(*n).map(|e| &e.service_curve);
-            rate_sum += r;
-            mean_sum += r * slacks[*n].mean_service_ms;
-            m2_sum += r * curve.map_or(0.0, |c| c.second_moment_ms2());
-        }
-        let mix_mean = if rate_sum > 0.0 { mean_sum / rate_sum } else { 0.0 };
-        let mix_cs2 = if mix_mean > 0.0 { (m2_sum / rate_sum / (mix_mean * mix_mean) - 1.0).max(0.0) } else { 1.0 };
-        let mut tier_room: BTreeMap<Tier, f64> = BTreeMap::new();
-        for n in &offering {
-            let s = &slacks[*n];
-            let room = (s.deadline_ms - s.safety_ms - s.service_term_ms).max(0.0);
-            let r = tier_room.entry(self.policies[*n].tier).or_insert(room);
-            *r = r.min(room);
-        }
-        let ceiling = |tier: Tier| {
-            tier_room
-                .get(&tier)
-                .map_or(f64::INFINITY, |room| capacity * queueing::max_utilisation(capacity, mix_mean, mix_cs2, *room))
-        };
-        let shares = allocate(admission, &claims, ceiling);
+        let shares = allocate(admission, &claims);
         let allocation: BTreeMap<&String, f64> = adaptive.iter().copied().zip(shares).collect();
         self.plan = CapacityPlan {
             capacity,
@@ -910,6 +883,13 @@ impl Controller {
             .collect();
 
         // What a job arriving now waits per job ahead of it: one model for every class.
+        let (mut rate_sum, mut mean_sum) = (0.0, 0.0);
+        for n in &adaptive {
+            let r = asked(n);
+            rate_sum += r;
+            mean_sum += r * slacks[*n].mean_service_ms;
+        }
+        let mix_mean = if rate_sum > 0.0 { mean_sum / rate_sum } else { 0.0 };
         let ahead = QueueAhead::new(capacity, mix_mean).filter(|_| source != CapacitySource::MaxRates);
         self.starts.record(input.starts);
 
