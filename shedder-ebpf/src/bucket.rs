@@ -21,7 +21,8 @@ pub enum Charge {
     Contended,
 }
 
-/// The coarse clock, read once per SYN for every bucket that uses it.
+/// The coarse clock, read once per charged SYN for the watchdog and every
+/// bucket that uses it.
 #[inline(always)]
 pub fn coarse_now() -> u64 {
     // SAFETY: a helper call with no arguments and no preconditions.

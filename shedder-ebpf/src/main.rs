@@ -66,16 +66,18 @@ fn admit<H: Hook>(ctx: &H, frame: &Frame, parsed: Result<parse::Syn, PassReason>
     };
     let mode = effective_mode(global.mode, config.mode);
     let charged = charges_bucket(mode);
-    // Only a SYN that could be shed asks the watchdog: established flows and
-    // off-mode classes pay nothing for it.
-    if charged && watchdog::fails_open(global) {
-        counters::count_pass(PassReason::FailOpen);
-        return Verdict::Pass;
-    }
     let mut fits = true;
+    // Only a SYN that could be shed reads a clock and asks the watchdog:
+    // established flows and off-mode classes pay nothing for either.
     if charged {
+        // One coarse reading for the watchdog and every bucket on that clock.
+        let coarse = bucket::coarse_now();
+        if watchdog::fails_open(global, coarse) {
+            counters::count_pass(PassReason::FailOpen);
+            return Verdict::Pass;
+        }
         let tenant = tenant::tenant_of(&syn.addrs, global);
-        let fit = tenant::charge(ctx, class, &config.bucket, tenant);
+        let fit = tenant::charge(ctx, class, &config.bucket, tenant, coarse);
         if let Some(tenant) = tenant {
             counters::count_tenant(tenant, fit);
         }

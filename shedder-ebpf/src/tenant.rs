@@ -4,13 +4,13 @@
 use aya_ebpf::maps::lpm_trie::Key;
 use aya_log_ebpf::warn;
 use shedder_common::{
-    bucket::{BucketParams, clock},
+    bucket::BucketParams,
     maps::{GlobalConfig, rule_flags},
     tenant::{Buckets, Fit, charge_both},
 };
 
 use crate::{
-    bucket::{Charge, charge_state, coarse_now, refund_state},
+    bucket::{Charge, charge_state, refund_state},
     hook::Hook,
     maps::{BUCKETS, TENANT_BUCKETS, TENANT_V4, TENANT_V6, TENANTS},
     parse::Addrs,
@@ -42,14 +42,26 @@ struct MapBuckets<'a, H: Hook> {
     coarse: u64,
 }
 
-/// A contended bucket is judged empty, and said so.
+/// Whose bucket a charge was, as the log names it.
+#[derive(Clone, Copy)]
+enum Owner {
+    Tenant,
+    Class,
+}
+
+/// A contended bucket is judged empty, and said so. The owner is in the
+/// message's text, not an argument: the verifier checks a string argument's
+/// copy into the log byte by byte on every path that reaches it.
 #[inline(always)]
-fn fits<H: Hook>(ctx: &H, charged: Charge, what: &str, slot: u32) -> bool {
+fn fits<H: Hook>(ctx: &H, charged: Charge, owner: Owner, slot: u32) -> bool {
     match charged {
         Charge::Fits => true,
         Charge::Empty => false,
         Charge::Contended => {
-            warn!(ctx, "{} {} bucket contended; judged empty", what, slot);
+            match owner {
+                Owner::Tenant => warn!(ctx, "tenant {} bucket contended; judged empty", slot),
+                Owner::Class => warn!(ctx, "class {} bucket contended; judged empty", slot),
+            }
             false
         }
     }
@@ -62,7 +74,7 @@ impl<H: Hook> Buckets for MapBuckets<'_, H> {
         fits(
             self.ctx,
             charge_state(TENANT_BUCKETS.get_ptr_mut(self.tenant), params, self.coarse),
-            "tenant",
+            Owner::Tenant,
             self.tenant,
         )
     }
@@ -72,7 +84,7 @@ impl<H: Hook> Buckets for MapBuckets<'_, H> {
         fits(
             self.ctx,
             charge_state(BUCKETS.get_ptr_mut(self.class), self.class_params, self.coarse),
-            "class",
+            Owner::Class,
             self.class,
         )
     }
@@ -86,15 +98,12 @@ impl<H: Hook> Buckets for MapBuckets<'_, H> {
 }
 
 /// Charges the SYN's tenant (when it has one whose slot the map holds) and
-/// its class; returns where the charge stopped.
+/// its class, `coarse` being the coarse clock's reading for both; returns
+/// where the charge stopped.
 #[inline(always)]
-pub fn charge<H: Hook>(ctx: &H, class: u32, class_params: &BucketParams, tenant: Option<u32>) -> Fit {
+pub fn charge<H: Hook>(ctx: &H, class: u32, class_params: &BucketParams, tenant: Option<u32>, coarse: u64) -> Fit {
     let tenant_params = tenant.and_then(|slot| TENANTS.get(slot));
     let has_tenant = tenant_params.is_some();
-    // One coarse reading for both buckets, taken only if one of them will
-    // use it (a closed bucket reads no clock).
-    let on_coarse = |p: &BucketParams| p.clock == clock::COARSE && !p.is_closed();
-    let coarse = if on_coarse(class_params) || tenant_params.is_some_and(on_coarse) { coarse_now() } else { 0 };
     let mut buckets = MapBuckets { ctx, class, class_params, tenant: tenant.unwrap_or(0), tenant_params, coarse };
     charge_both(&mut buckets, has_tenant)
 }
