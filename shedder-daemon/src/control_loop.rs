@@ -8,7 +8,7 @@
 //! datapath or the in-memory fast path.
 
 use std::{
-    collections::{BTreeMap, VecDeque},
+    collections::{BTreeMap, BTreeSet, VecDeque},
     sync::Arc,
     time::Duration,
 };
@@ -222,8 +222,10 @@ impl ControlLoop {
         // the others for what one that stepped down no longer uses.
         let tick = Duration::from_millis(self.controller.params().tick_ms);
         let risen = self.tenant_offered.risen(&offered, tick * DEMAND_RISE_TICKS, DEMAND_RISE_SIGMAS);
+        let fallen = self.tenant_offered.fallen(tick * DEMAND_FALL_TICKS, DEMAND_FALL_SIGMAS);
+        let stepped: BTreeSet<String> = risen.keys().chain(fallen.keys()).cloned().collect();
         offered.extend(risen);
-        offered.extend(self.tenant_offered.fallen(tick * DEMAND_FALL_TICKS, DEMAND_FALL_SIGMAS));
+        offered.extend(fallen);
         let admitted_totals: BTreeMap<String, u64> = count(|c| c.admitted);
         let admitted = self.tenant_admitted.update(now, admitted_totals.clone());
         let loads: Vec<TenantLoad> = self
@@ -236,6 +238,7 @@ impl ControlLoop {
                 offered: offered.get(&t.name).copied(),
                 admitted: admitted.get(&t.name).copied(),
                 admitted_total: admitted_totals.get(&t.name).copied().unwrap_or(0),
+                stepped: stepped.contains(&t.name),
             })
             .collect();
         let shares = self.shares.shares(&loads);

@@ -46,6 +46,8 @@ struct Fluid {
     start: Instant,
     last: Instant,
     epoch: u32,
+    /// Demand steps set so far (told to the fleet task as they happen).
+    steps: u64,
     flows: BTreeMap<String, Flow>,
 }
 
@@ -77,7 +79,7 @@ impl Fluid {
             .iter()
             .map(|(name, f)| (name.clone(), TenantUsage { demand: f.demand, admitted: f.admitted as u64 }))
             .collect();
-        Usage { epoch: format!("{host}-{}", self.epoch), tenants }
+        Usage { epoch: format!("{host}-{}", self.epoch), tenants, steps: self.steps }
     }
 }
 
@@ -96,7 +98,7 @@ impl SimHost {
     /// Starts the host's fleet task and its feeder; `start` is second 0 of the bins.
     pub fn start(settings: FleetSettings, start: Instant) -> Self {
         let flows = settings.tenants.iter().map(|t| (t.name.clone(), Flow::default())).collect();
-        let fluid = Arc::new(Mutex::new(Fluid { start, last: Instant::now(), epoch: 0, flows }));
+        let fluid = Arc::new(Mutex::new(Fluid { start, last: Instant::now(), epoch: 0, steps: 0, flows }));
         let (usage, _) = watch::channel(Usage::default());
         let (_, view) = watch::channel(FleetView::starting(&settings));
         let history = Arc::new(Mutex::new(vec![(Instant::now(), view.borrow().clone())]));
@@ -182,6 +184,7 @@ impl SimHost {
         let mut fluid = self.fluid.lock().unwrap();
         fluid.advance(Instant::now());
         fluid.flows.get_mut(tenant).expect("a configured tenant").demand = demand;
+        fluid.steps += 1;
         self.usage.send_replace(fluid.usage(&self.name));
     }
 

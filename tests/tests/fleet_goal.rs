@@ -1,9 +1,9 @@
 //! The fleet's goal, measured: four hosts against one real redis-server,
 //! with skewed demand that moves. Per tenant, the fleet's admitted rate in
 //! every second stays within 2% of its quota (never above; and not below
-//! while demand exceeds it, outside the second a demand step falls in), and
-//! a host whose demand rises has its fair share within 2 ticks of its first
-//! report of the new demand.
+//! while demand exceeds it, the second a demand step falls in included),
+//! and a host whose demand rises has its fair share within 2 ticks of its
+//! first report of the new demand.
 //!
 //! Each host admits a fluid at min(demand, share) and hands its fleet task
 //! its true demand, so the figures are the allocation's own, apart from how
@@ -23,17 +23,25 @@ const TIMING: (u64, u64) = (100, 1000);
 const FIRST_CHECKED_SECOND: usize = 2;
 const WITHIN: f64 = 0.02;
 /// The goal: a rising host has its share within this many ticks of
-/// reporting the rise. Where a host must shrink for it, that is the
-/// protocol's own worst case (the shrinking host's next report, its ack once
-/// the smaller share is in force, and the rising host's re-ask a quarter
-/// tick later), so a timer a few ms late on a loaded 2-core machine crosses
-/// it: 2.07 and 2.09 ticks were measured there (skew rotates), 0.3 to 1.1
-/// in most runs. The test prints every figure and fails past
-/// [`RISE_TICKS_FAIL`]; a figure between the two is a miss of the goal to
-/// report, not a failure of the allocation.
+/// reporting the rise. Nudges make it a matter of round trips and of the
+/// early reports' pace (a tenth of a tick): 0.1 to 0.4 ticks measured.
 const RISE_TICKS: f64 = 2.0;
-/// Past this many ticks the allocation itself is late, not the scheduler.
-const RISE_TICKS_FAIL: f64 = 2.5;
+/// In the second a step falls in, the hosts' timers count too: the rising
+/// host waits for the others' reports, a tenth of a tick apart at best, and
+/// a loaded machine fires them late. The test prints every such second
+/// against the goal and fails only below this.
+const STEP_SECOND_FAIL: f64 = 0.95;
+
+/// Which lower bound a second is held to.
+#[derive(Clone, Copy, PartialEq)]
+enum Bound {
+    /// Demand over the quota all second, and no step in it.
+    Steady,
+    /// Demand over the quota before and after a step that falls in it.
+    Step,
+    /// Demand under the quota in some of it: no lower bound.
+    Unbound,
+}
 
 /// From second `at`, `tenant`'s demand on each host.
 struct Step {
@@ -110,9 +118,9 @@ fn scenarios() -> Vec<Scenario> {
 
 /// What one scenario showed.
 struct Measured {
-    /// Per tenant: admitted/quota in each checked second, and whether the
-    /// lower bound applies to that second.
-    seconds: Vec<(&'static str, Vec<(f64, bool)>)>,
+    /// Per tenant: admitted/quota in each checked second, and the lower
+    /// bound it is held to.
+    seconds: Vec<(&'static str, Vec<(f64, Bound)>)>,
     /// Per rising host: its tenant, and the ticks it took from its first
     /// report of the rise to its fair share.
     rises: Vec<(&'static str, f64)>,
@@ -151,14 +159,16 @@ async fn run(redis: &RedisServer, scenario: &Scenario) -> Measured {
         let mut seconds = Vec::new();
         for second in FIRST_CHECKED_SECOND..scenario.seconds as usize {
             let admitted: f64 = bins.iter().map(|b| b.get(second).copied().unwrap_or(0.0)).sum();
-            // Demand over the quota all second, and no step in it.
-            let steady = scenario.steps.iter().filter(|s| s.tenant == tenant).all(|s| s.at as usize != second);
-            let demand: f64 = scenario
-                .steps
-                .iter()
-                .rfind(|s| s.tenant == tenant && s.at as usize <= second)
-                .map_or(0.0, |s| s.demands.iter().sum());
-            seconds.push((admitted / quota, steady && demand >= quota));
+            let steps: Vec<&Step> = scenario.steps.iter().filter(|s| s.tenant == tenant).collect();
+            let demand =
+                |at: usize| steps.iter().rfind(|s| s.at as usize <= at).map_or(0.0, |s| s.demands.iter().sum());
+            let over = |at: usize| demand(at) >= quota;
+            let bound = match steps.iter().any(|s| s.at as usize == second) {
+                false if over(second) => Bound::Steady,
+                true if second > 0 && over(second - 1) && over(second) => Bound::Step,
+                _ => Bound::Unbound,
+            };
+            seconds.push((admitted / quota, bound));
         }
         measured.seconds.push((tenant, seconds));
     }
@@ -198,8 +208,8 @@ async fn run(redis: &RedisServer, scenario: &Scenario) -> Measured {
 async fn four_hosts_keep_each_tenant_within_two_percent_of_its_quota() {
     let redis = RedisServer::start(None).unwrap();
     println!(
-        "{:<16} {:<6} {:>9} {:>9} {:>10}  admitted/quota per second from second {FIRST_CHECKED_SECOND}",
-        "scenario", "tenant", "max", "min*", "rise"
+        "{:<16} {:<6} {:>7} {:>7} {:>7} {:>10}  admitted/quota per second from second {FIRST_CHECKED_SECOND}",
+        "scenario", "tenant", "max", "min", "step", "rise"
     );
     let mut failures = Vec::new();
     for scenario in scenarios() {
@@ -208,29 +218,43 @@ async fn four_hosts_keep_each_tenant_within_two_percent_of_its_quota() {
             let slowest = measured.rises.iter().filter(|(t, _)| t == tenant).map(|(_, r)| *r).reduce(f64::max);
             let rise = slowest.map_or("-".into(), |r| format!("{r:.2} ticks"));
             let max = seconds.iter().map(|s| s.0).fold(0.0, f64::max);
-            let min = seconds.iter().filter(|s| s.1).map(|s| s.0).fold(f64::INFINITY, f64::min);
-            let all: Vec<String> =
-                seconds.iter().map(|(r, steady)| format!("{r:.3}{}", if *steady { "" } else { "'" })).collect();
-            println!("{:<16} {:<6} {max:>9.4} {min:>9.4} {rise:>10}  {}", scenario.name, tenant, all.join(" "));
+            let min_of = |bound: Bound| seconds.iter().filter(|s| s.1 == bound).map(|s| s.0).reduce(f64::min);
+            let (min, step) = (min_of(Bound::Steady), min_of(Bound::Step));
+            let show = |r: Option<f64>| r.map_or("-".into(), |r| format!("{r:.3}"));
+            let mark = |bound: &Bound| match bound {
+                Bound::Steady => "",
+                Bound::Step => "'",
+                Bound::Unbound => "\"",
+            };
+            let all: Vec<String> = seconds.iter().map(|(r, bound)| format!("{r:.3}{}", mark(bound))).collect();
+            println!(
+                "{:<16} {:<6} {max:>7.3} {:>7} {:>7} {rise:>10}  {}",
+                scenario.name,
+                tenant,
+                show(min),
+                show(step),
+                all.join(" ")
+            );
+            let name = scenario.name;
             if max > 1.0 + WITHIN {
-                failures.push(format!("{}: {tenant} admitted {max:.4} of its quota in a second", scenario.name));
+                failures.push(format!("{name}: {tenant} admitted {max:.4} of its quota in a second"));
             }
-            if min < 1.0 - WITHIN {
-                failures.push(format!(
-                    "{}: {tenant} admitted only {min:.4} of its quota in a steady second",
-                    scenario.name
-                ));
+            if let Some(min) = min.filter(|&m| m < 1.0 - WITHIN) {
+                failures.push(format!("{name}: {tenant} admitted only {min:.4} of its quota in a steady second"));
             }
-            if let Some(slow) = slowest.filter(|&r| r > RISE_TICKS_FAIL) {
-                failures.push(format!("{}: a host rising in {tenant} took {slow:.2} ticks", scenario.name));
-            } else if let Some(slow) = slowest.filter(|&r| r > RISE_TICKS) {
-                println!(
-                    "{}: a host rising in {tenant} took {slow:.2} ticks, past the goal of {RISE_TICKS}",
-                    scenario.name
-                );
+            if let Some(step) = step.filter(|&m| m < STEP_SECOND_FAIL) {
+                failures.push(format!("{name}: {tenant} admitted only {step:.4} of its quota in a step's second"));
+            } else if let Some(step) = step.filter(|&m| m < 1.0 - WITHIN) {
+                println!("{name}: {tenant} admitted {step:.3} of its quota in a step's second, short of the goal");
+            }
+            if let Some(slow) = slowest.filter(|&r| r > RISE_TICKS) {
+                failures.push(format!("{name}: a host rising in {tenant} took {slow:.2} ticks"));
             }
         }
     }
-    println!("(* min over the seconds where demand exceeded the quota and no step fell; ' marks the others)");
+    println!(
+        "(min: over the seconds where demand exceeded the quota and no step fell; step: where a step fell \
+         and demand exceeded the quota before and after it, marked '; \" marks seconds with demand under it)"
+    );
     assert!(failures.is_empty(), "{failures:#?}");
 }

@@ -1,13 +1,15 @@
 //! The report and ack scripts, step by step against a real redis-server:
 //! max-min fair shares out of what other leases leave free, a smaller share
 //! counted at its old size until the host confirms it, the grace after the
-//! state is lost, and admitted counts that add each connection once.
+//! state is lost, admitted counts that add each connection once, and the
+//! nudge a host left short sends to the hosts that hold its share.
 
 use std::time::Duration;
 
 use shedder_daemon::fleet::{
     FleetSettings, TenantUsage,
     exchange::{Exchange, Grants, Held},
+    nudge,
 };
 use shedder_testbed::fleet_sim::settings;
 use shedder_testbed::redis_server::RedisServer;
@@ -115,3 +117,57 @@ async fn admitted_counts_add_each_connection_once() {
     }
     assert_eq!(redis.cli(&["HGET", "c:count:a", "admitted:h0"]).unwrap(), "30");
 }
+
+#[tokio::test]
+async fn a_host_left_short_nudges_the_hosts_over_their_fair_share_and_is_nudged_back() {
+    let redis = RedisServer::start(None).unwrap();
+    redis.cli(&["SET", "n:born", "0"]).unwrap();
+    let mut hosts: Vec<Host> = (0..3).map(|i| Host::new(&redis, &format!("h{i}"), "n")).collect();
+    let mut nudges: Vec<_> = hosts
+        .iter()
+        .map(|h| nudge::listen(h.exchange.client(), nudge::channel("n", &h.settings.host), STEP, STEP))
+        .collect();
+    for host in &hosts {
+        let channel = nudge::channel("n", &host.settings.host);
+        while redis.cli(&["PUBSUB", "NUMSUB", &channel]).unwrap().lines().nth(1) != Some("1") {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+    // (host, demand → short of its fair share, hosts nudged, its share
+    // after): a nudged host reports its demand (and confirms a smaller
+    // share) at once, as its fleet task would, and a confirmation nudges the
+    // short host back.
+    let rows: [(usize, f64, bool, &[usize], f64); 3] = [
+        // Alone: the whole quota.
+        (0, 2000.0, false, &[], 1000.0),
+        // Owed its 100, all committed to h0 (over its fair 900).
+        (2, 100.0, true, &[0, 2], 100.0),
+        // Owed 200 of the level 700: h0 holds 900, over; h2 holds its fair 100.
+        (1, 200.0, true, &[0, 1], 200.0),
+    ];
+    let mut demands = [0.0; 3];
+    for (i, (host, demand, short, expected, share)) in rows.into_iter().enumerate() {
+        demands[host] = demand;
+        let grants = hosts[host].report("e", demand, 0, Held::default()).await;
+        assert_eq!(grants.short(), short, "row {i}");
+        let mut nudged = Vec::new();
+        // A nudge reaches its listener within SETTLE of the step that sent it.
+        tokio::time::sleep(SETTLE).await;
+        while let Some(h) = (0..hosts.len()).find(|&h| !nudges[h].is_empty()) {
+            nudges[h].recv().await;
+            nudged.push(h);
+            if hosts[h].report("e", demands[h], 0, Held::default()).await.ack_needed {
+                let Host { settings, exchange } = &mut hosts[h];
+                exchange.ack(settings).await.unwrap();
+            }
+            tokio::time::sleep(SETTLE).await;
+        }
+        assert_eq!(nudged, expected, "row {i}");
+        assert_eq!(hosts[host].report("e", demand, 0, Held::default()).await.tenants[0].share, share, "row {i}");
+    }
+}
+
+/// How long a step with Redis may take in these tests.
+const STEP: Duration = Duration::from_secs(5);
+/// Time for a published nudge to reach its listener.
+const SETTLE: Duration = Duration::from_millis(100);

@@ -10,7 +10,7 @@ use redis::{
     aio::MultiplexedConnection,
 };
 
-use super::settings::FleetSettings;
+use super::{nudge, settings::FleetSettings};
 use crate::error_chain::ErrorChain;
 
 /// What the host says of one tenant each tick.
@@ -143,6 +143,11 @@ impl Exchange {
         Ok(())
     }
 
+    /// The client the reports use, for the nudge listener's own connection.
+    pub fn client(&self) -> Client {
+        self.client.clone()
+    }
+
     /// Forgets the connection after a failure: the next call opens a new
     /// one (a stalled or half-closed one would never answer).
     pub fn disconnect(&mut self) {
@@ -162,6 +167,7 @@ impl Exchange {
         let mut call = self.report.prepare_invoke();
         call.key(format!("{}:born", settings.prefix));
         call.arg(&settings.host).arg(settings.lease.as_millis() as u64).arg(epoch).arg(self.seq.to_string());
+        call.arg(nudge::channel_prefix(&settings.prefix)).arg(SHORT_BY);
         for ((tenant, usage), held) in settings.tenants.iter().zip(usage).zip(held) {
             call.key(format!("{}:lease:{}", settings.prefix, tenant.name));
             call.key(format!("{}:count:{}", settings.prefix, tenant.name));
@@ -186,7 +192,7 @@ impl Exchange {
         for tenant in &settings.tenants {
             call.key(format!("{}:lease:{}", settings.prefix, tenant.name));
         }
-        call.arg(&settings.host).arg(self.seq.to_string());
+        call.arg(&settings.host).arg(self.seq.to_string()).arg(nudge::channel_prefix(&settings.prefix));
         let connection = self.connection.as_mut().expect("connected above");
         let _: i64 = call.invoke_async(connection).await.map_err(|e| FleetError::Script { script: "ack", error: e })?;
         Ok(())

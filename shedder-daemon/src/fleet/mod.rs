@@ -10,6 +10,8 @@
 //! * [`settings`]: `[fleet]` and its validation.
 //! * [`exchange`]: the scripts, and the connection they run over.
 //! * [`leases`]: what the host holds, its shares and its [`FleetState`].
+//! * [`nudge`]: the channel on which a host owed part of this one's share
+//!   asks it to report now.
 //! * [`runner`]: the task that ties them together every tick.
 //! * [`tenant_shares`]: the tenants' shares, from the fleet.
 //!
@@ -17,6 +19,7 @@
 
 pub mod exchange;
 pub mod leases;
+pub mod nudge;
 pub mod runner;
 pub mod settings;
 pub mod tenant_shares;

@@ -6,16 +6,23 @@
 --                    still hold from before are unknown here
 -- KEYS[2i], KEYS[2i+1]  tenant i's leases (hash: host -> JSON) and counts
 --                    (hash: total, admitted:HOST, base:HOST = "EPOCH CUM")
--- ARGV: host, lease_ms, epoch, seq, then per tenant:
+-- ARGV: host, lease_ms, epoch, seq, nudge (the prefix of each host's nudge
+--       channel), short_by (how far below its fair share a share may lag
+--       unremarked), then per tenant:
 --       quota, demand, admitted (cumulative in this epoch), held, held_ms
 --       (the share the host applies from a lease now, and for how much
 --       longer by its own clock: only read while the fleet is in grace)
+-- A host left short of its fair share publishes its name to the channel of
+-- every host whose lease commits more than that host's own fair share: they
+-- report (and shrink) at once instead of at their next tick. Its record says
+-- it is short (w), so that their confirmations nudge it back (ack.lua).
 -- Returns strings: now_ms, grace (0/1), then per tenant:
 --       share, expiry_ms, ack (1: the host must confirm it applied the
 --       share, which is lower than what it held), total admitted, and the
 --       fair share the host is owed (more than its share while others have
 --       yet to shrink).
 local host, lease_ms, epoch, seq = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+local nudge, short_by = ARGV[5], tonumber(ARGV[6])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
@@ -59,15 +66,17 @@ local function committed(r)
 end
 
 local out = {tostring(now), grace and '1' or '0'}
+-- Hosts to nudge (a set: one message each, whatever the tenants).
+local over = {}
 local n = (#KEYS - 1) / 2
 for i = 1, n do
   local lease_key, count_key = KEYS[2 * i], KEYS[2 * i + 1]
-  local a = 4 + (i - 1) * 5
+  local a = 6 + (i - 1) * 5
   local quota, demand, cum = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local held, held_ms = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
 
   local records = redis.call('HGETALL', lease_key)
-  local demands, others, mine = {demand}, 0, nil
+  local demands, others, mine, peers = {demand}, 0, nil, {}
   for j = 1, #records, 2 do
     local h, r = records[j], cjson.decode(records[j + 1])
     if h == host then
@@ -77,6 +86,7 @@ for i = 1, n do
       -- without a lease (in grace it holds none): its demand counts.
       demands[#demands + 1] = r.d
       others = others + committed(r)
+      peers[h] = r
     else
       -- Gone: its share is free; its counts stay in count_key.
       redis.call('HDEL', lease_key, h)
@@ -96,6 +106,13 @@ for i = 1, n do
   if grace and share <= 0 then expiry = now end
 
   local r = {s = share, e = expiry, d = demand, q = seq, t = now}
+  if not grace and share < fair * (1 - short_by) then
+    r.w = 1
+    -- (Past a rounding error: shares go through JSON.)
+    for h, p in pairs(peers) do
+      if committed(p) > fair_share(demands, p.d, quota) + quota * 1e-9 then over[h] = true end
+    end
+  end
   local ack = '0'
   if share < holds then
     -- Until the host confirms it applied the smaller share, the larger one
@@ -127,4 +144,5 @@ for i = 1, n do
   out[#out + 1] = total
   out[#out + 1] = string.format('%.6f', fair)
 end
+for h in pairs(over) do redis.call('PUBLISH', nudge .. h, host) end
 return out

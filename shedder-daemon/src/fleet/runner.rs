@@ -14,11 +14,18 @@ use tracing::{info, warn};
 use super::{
     exchange::{Exchange, TenantUsage},
     leases::{FleetState, LeaseBook, Shares},
+    nudge,
     settings::FleetSettings,
 };
 
 /// A host whose share lags its fair share asks again after this fraction of a tick.
 const CATCH_UP_DIVISOR: u32 = 4;
+
+/// A nudge or a demand step brings a report forward, to no sooner than this
+/// fraction of a tick after the last one: soon enough that a host waiting
+/// on this one's shrink has it at its next re-ask, and a bound on what a
+/// storm of nudges can cost Redis.
+const EARLY_DIVISOR: u32 = 10;
 
 /// A host lets go of a lease this fraction of a tick before Redis frees it:
 /// room for a late timer, or a daemon busy when the local shares take over.
@@ -31,6 +38,10 @@ pub struct Usage {
     /// from zero. No whitespace.
     pub epoch: String,
     pub tenants: BTreeMap<String, TenantUsage>,
+    /// Counts the steps in some tenant's demand (a change told apart from
+    /// chance): the host reports as soon as it changes, not at its next
+    /// tick, so the fleet learns of a fall (and frees its share) at once.
+    pub steps: u64,
 }
 
 /// The fleet as this host sees it.
@@ -42,20 +53,23 @@ pub struct FleetView {
     pub fleet_admitted: BTreeMap<String, u64>,
     /// Reports answered since the task started.
     pub reports: u64,
+    /// Nudges received: another host was owed part of this host's share,
+    /// or gave back part of one this host is owed.
+    pub nudged: u64,
 }
 
 impl FleetView {
     /// Before the first report: local shares.
     pub fn starting(settings: &FleetSettings) -> Self {
         let shares = settings.tenants.iter().map(|t| (t.name.clone(), t.local)).collect();
-        Self { state: FleetState::Local, shares, fleet_admitted: BTreeMap::new(), reports: 0 }
+        Self { state: FleetState::Local, shares, fleet_admitted: BTreeMap::new(), reports: 0, nudged: 0 }
     }
 }
 
 /// Runs until `view` has no receiver left.
 pub async fn run<F, Fut>(
     settings: FleetSettings,
-    usage: watch::Receiver<Usage>,
+    mut usage: watch::Receiver<Usage>,
     view: watch::Sender<FleetView>,
     mut apply: F,
 ) where
@@ -70,6 +84,8 @@ pub async fn run<F, Fut>(
             return;
         }
     };
+    let channel = nudge::channel(&settings.prefix, &settings.host);
+    let mut nudges = nudge::listen(exchange.client(), channel, settings.tick, settings.lease);
     let mut book = LeaseBook::new(settings.tenants.clone(), settings.tick / LET_GO_EARLY_DIVISOR);
     let mut current = FleetView::starting(&settings);
     apply(current.shares.clone()).await;
@@ -79,24 +95,38 @@ pub async fn run<F, Fut>(
     let mut last_error = String::new();
     // Whether this outage's cause has been logged (reset by an answer).
     let mut cause_logged = false;
+    // When the last report went, the demand steps it told of, and when a
+    // nudge or a step asks for the next one.
+    let mut last_sent: Option<Instant> = None;
+    let mut steps_reported = usage.borrow().steps;
+    let mut early_at: Option<Instant> = None;
     while !view.is_closed() {
         let expiry = book.next_expiry(Instant::now());
-        let lease_over = async {
-            match expiry {
-                Some(at) => sleep_until(at).await,
-                None => std::future::pending().await,
+        let wake = tokio::select! {
+            _ = interval.tick() => Wake::Tick,
+            _ = sleep_until_some(early_at) => Wake::Early,
+            // A lease runs out between ticks: let go of it on time.
+            _ = sleep_until_some(expiry) => Wake::LeaseOver,
+            Some(()) = nudges.recv() => {
+                early_at = Some(early(early_at, last_sent, settings.tick));
+                current.nudged += 1;
+                continue;
+            }
+            Ok(()) = usage.changed() => {
+                if usage.borrow_and_update().steps != steps_reported {
+                    early_at = Some(early(early_at, last_sent, settings.tick));
+                }
+                continue;
             }
         };
-        let report_due = tokio::select! {
-            _ = interval.tick() => true,
-            // A lease runs out between ticks: let go of it on time.
-            _ = lease_over => false,
-        };
         let mut ack_needed = false;
-        if report_due {
+        if wake != Wake::LeaseOver {
             let sent = Instant::now();
+            last_sent = Some(sent);
+            early_at = None;
             let (epoch, rows) = {
-                let usage = usage.borrow();
+                let usage = usage.borrow_and_update();
+                steps_reported = usage.steps;
                 let rows: Vec<TenantUsage> =
                     settings.tenants.iter().map(|t| usage.tenants.get(&t.name).cloned().unwrap_or_default()).collect();
                 (usage.epoch.clone(), rows)
@@ -156,6 +186,33 @@ pub async fn run<F, Fut>(
             cause_logged = true;
         }
         view.send_replace(current.clone());
+    }
+}
+
+/// Why the task woke.
+#[derive(Clone, Copy, PartialEq)]
+enum Wake {
+    Tick,
+    /// A nudge (another host is owed part of this host's share) or a step
+    /// in demand brought the report forward.
+    Early,
+    LeaseOver,
+}
+
+/// When to report after a nudge or a demand step: at once, but at the
+/// early pace after the last report, and no later than an early report
+/// already due.
+fn early(due: Option<Instant>, last_sent: Option<Instant>, tick: std::time::Duration) -> Instant {
+    let now = Instant::now();
+    let paced = last_sent.map_or(now, |sent| (sent + tick / EARLY_DIVISOR).max(now));
+    due.map_or(paced, |at| at.min(paced))
+}
+
+/// Sleeps until `at`, or forever without one.
+async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => sleep_until(at).await,
+        None => std::future::pending().await,
     }
 }
 

@@ -28,6 +28,9 @@ impl TenantShares for FleetShares {
     fn shares(&mut self, tenants: &[TenantLoad]) -> Vec<f64> {
         let baseline = &mut self.baseline;
         self.usage.send_modify(|usage| {
+            if tenants.iter().any(|t| t.stepped) {
+                usage.steps += 1;
+            }
             for t in tenants {
                 let demand = t.offered.unwrap_or(0.0);
                 let from = *baseline.entry(t.name.clone()).or_insert(t.admitted_total);
@@ -58,6 +61,7 @@ mod tests {
             shares: [("a".to_string(), 120.0)].into(),
             fleet_admitted: Default::default(),
             reports: 1,
+            nudged: 0,
         };
         let (_view_tx, view_rx) = watch::channel(view);
         let (usage_tx, usage_rx) = watch::channel(Usage::default());
@@ -69,6 +73,7 @@ mod tests {
             offered,
             admitted: None,
             admitted_total,
+            stepped: false,
         };
         // Counters found at 7 (pinned from an earlier run): this run counts from there.
         assert_eq!(shares.shares(&[load("a", Some(300.0), 7), load("b", None, 7)]), [120.0, 50.0]);

@@ -134,6 +134,16 @@ fn register_fleet(registry: &mut Registry, view: &FleetView) {
         "Connections the whole fleet admitted for each tenant, as Redis counted them at the last report",
         admitted,
     );
+    let (reports, nudges) = (Counter::<u64>::default(), Counter::<u64>::default());
+    reports.inc_by(view.reports);
+    nudges.inc_by(view.nudged);
+    registry.register("shedder_fleet_reports", "Reports Redis answered", reports);
+    registry.register(
+        "shedder_fleet_nudges",
+        "Nudges from other hosts, each answered with a report at once: one was owed part of this host's share, \
+         or gave back part of one this host is owed",
+        nudges,
+    );
 }
 
 /// Why `/metrics` could not be rendered or its endpoint bound.
@@ -350,6 +360,7 @@ mod tests {
                 shares: [("chat".to_string(), 250.0)].into(),
                 fleet_admitted: [("chat".to_string(), 1234)].into(),
                 reports: 7,
+                nudged: 2,
             };
             let mut registry = Registry::default();
             register_fleet(&mut registry, &view);
@@ -361,6 +372,8 @@ mod tests {
             }
             assert!(text.contains("shedder_fleet_share{tenant=\"chat\"} 250.0"), "{text}");
             assert!(text.contains("shedder_fleet_admitted_connections{tenant=\"chat\"} 1234"), "{text}");
+            assert!(text.contains("shedder_fleet_reports_total 7"), "{text}");
+            assert!(text.contains("shedder_fleet_nudges_total 2"), "{text}");
         }
     }
 }

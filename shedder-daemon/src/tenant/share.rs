@@ -29,6 +29,9 @@ pub struct TenantLoad {
     /// Connections it was admitted since its counter began (a fleet reports
     /// counts, not rates, so that none is lost or counted twice).
     pub admitted_total: u64,
+    /// `offered` is a step up or down told apart from chance at this tick,
+    /// not the rate over the whole measurement.
+    pub stepped: bool,
 }
 
 /// Where each tenant's share comes from: the rate this host is entitled to
