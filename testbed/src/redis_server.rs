@@ -142,6 +142,9 @@ impl RedisServer {
         if let Some(password) = &self.password {
             command.args(["-a", password]);
         }
+        if self.tls {
+            command.arg("--tls").arg("--cacert").arg(self.ca_file());
+        }
         let output = command.args(args).output().context("running redis-cli")?;
         anyhow::ensure!(output.status.success(), "redis-cli {args:?}: {}", String::from_utf8_lossy(&output.stderr));
         Ok(String::from_utf8_lossy(&output.stdout).trim().to_string())

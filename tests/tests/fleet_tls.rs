@@ -1,7 +1,8 @@
 //! The fleet over TLS: a redis-server that speaks TLS only, with a
-//! certificate from a CA the host trusts through `fleet.tls.ca_file`.
+//! certificate from a CA the host trusts through `fleet.tls.ca_file`; the
+//! reports and the nudge listener both go over it.
 
-use shedder_daemon::fleet::{FleetSpec, FleetState};
+use shedder_daemon::fleet::{FleetSpec, FleetState, nudge};
 use shedder_testbed::fleet_sim::SimHost;
 use shedder_testbed::redis_server::RedisServer;
 use tokio::time::Instant;
@@ -29,5 +30,8 @@ async fn a_host_syncs_over_tls_with_the_configured_ca_and_not_without_it() {
         assert_eq!(view.state == FleetState::Synced, synced, "{ca}: {view:?}");
         let share = if synced { 100.0 } else { 50.0 };
         assert_eq!(view.shares["a"], share, "{ca}");
+        // `shedder` is the default prefix; the listener subscribed only with the CA.
+        let subscribed = redis.cli(&["PUBSUB", "NUMSUB", &nudge::channel("shedder", "h")]).unwrap();
+        assert_eq!(subscribed.lines().nth(1), Some(if synced { "1" } else { "0" }), "{ca}: {subscribed}");
     }
 }
