@@ -33,7 +33,8 @@ pub fn channel(prefix: &str, host: &str) -> String {
 /// dropped; the receiver wakes once for any number of nudges since it last
 /// looked. Each step with Redis waits at most `step`; a connection that
 /// does not answer a ping within a step, every `check`, is replaced (a
-/// half-open one would otherwise never deliver again).
+/// half-open one would otherwise never deliver again), a `check` after it
+/// failed: the reports go on every tick meanwhile.
 pub fn listen(client: Client, channel: String, step: Duration, check: Duration) -> mpsc::Receiver<()> {
     let (nudged, receiver) = mpsc::channel(1);
     tokio::spawn(async move {
@@ -46,7 +47,7 @@ pub fn listen(client: Client, channel: String, step: Duration, check: Duration) 
             }
             tokio::select! {
                 _ = nudged.closed() => return,
-                _ = sleep(step) => {}
+                _ = sleep(check) => {}
             }
         }
     });
