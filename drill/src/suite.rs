@@ -2,7 +2,10 @@
 //! names, each run in every mode, and one summary over them: per workload
 //! and mode, completed-on-time as a share of the clairvoyant oracle and of
 //! the service-blind bound, the late share, and the critical tier's
-//! on-time share of its own bound (critical served first).
+//! on-time share of its own bound (critical served first). Run with several
+//! seeds, the rows of each workload × mode are summed over them
+//! ([`summed`]): one seed of a 40 s workload is a draw, and two modes a few
+//! percent apart on it may trade places on the next.
 
 use std::{fmt::Write as _, path::Path};
 
@@ -86,11 +89,15 @@ pub struct SuiteRow {
     pub mode: String,
     pub offered: u64,
     pub on_time: u64,
+    /// Admitted: on time, late or unfinished.
+    pub admitted: u64,
+    /// Late or unfinished.
+    pub late: u64,
     pub oracle: u64,
     pub blind: f64,
     pub share_of_oracle: f64,
     pub share_of_blind: f64,
-    /// Late or unfinished, of admitted jobs (None: nothing admitted).
+    /// `late` of `admitted` (None: nothing admitted).
     pub late_share: Option<f64>,
     /// The critical tier's on-time jobs and its blind bound with critical
     /// served first; None without a critical class.
@@ -131,15 +138,57 @@ pub fn rows(name: &str, report: &DrillReport) -> Vec<SuiteRow> {
                 mode: mode.mode.clone(),
                 offered: all.offered,
                 on_time: all.completed_on_time,
+                admitted,
+                late: all.late + all.unfinished,
                 oracle: bounds.oracle_total,
                 blind: bounds.blind_total,
-                share_of_oracle: share(all.completed_on_time as f64, bounds.oracle_total as f64),
-                share_of_blind: share(all.completed_on_time as f64, bounds.blind_total),
-                late_share: (admitted > 0).then(|| (all.late + all.unfinished) as f64 / admitted as f64),
+                share_of_oracle: 0.0,
+                share_of_blind: 0.0,
+                late_share: None,
                 critical: critical_tier,
             }
+            .with_shares()
         })
         .collect()
+}
+
+impl SuiteRow {
+    /// The shares, from the counts and bounds.
+    fn with_shares(mut self) -> Self {
+        self.share_of_oracle = share(self.on_time as f64, self.oracle as f64);
+        self.share_of_blind = share(self.on_time as f64, self.blind);
+        self.late_share = (self.admitted > 0).then(|| self.late as f64 / self.admitted as f64);
+        self
+    }
+}
+
+/// One row per workload × mode, in the order first seen, each the sum of
+/// that workload × mode's rows (one per seed): counts and bounds added, the
+/// shares taken of the sums.
+pub fn summed(rows: &[SuiteRow]) -> Vec<SuiteRow> {
+    let mut out: Vec<SuiteRow> = Vec::new();
+    for row in rows {
+        let Some(sum) = out.iter_mut().find(|s| s.workload == row.workload && s.mode == row.mode) else {
+            out.push(row.clone());
+            continue;
+        };
+        sum.offered += row.offered;
+        sum.on_time += row.on_time;
+        sum.admitted += row.admitted;
+        sum.late += row.late;
+        sum.oracle += row.oracle;
+        sum.blind += row.blind;
+        sum.critical = match (sum.critical, row.critical) {
+            (Some(a), Some(b)) => Some(CriticalTier {
+                offered: a.offered + b.offered,
+                on_time: a.on_time + b.on_time,
+                blind_critical_first: a.blind_critical_first + b.blind_critical_first,
+                share_of_blind: share((a.on_time + b.on_time) as f64, a.blind_critical_first + b.blind_critical_first),
+            }),
+            (a, b) => a.or(b),
+        };
+    }
+    out.into_iter().map(SuiteRow::with_shares).collect()
 }
 
 fn critical_phases<'a>(mode: &'a ModeReport, workload: &Workload, critical: &[usize]) -> Vec<&'a PhaseFigures> {
@@ -267,6 +316,51 @@ mod tests {
         assert!(entries.len() >= 11, "{} entries", entries.len());
         let sweep: Vec<f64> = entries.iter().filter_map(|(e, _)| e.load).collect();
         assert_eq!(sweep, [0.5, 1.0, 2.0, 4.0]);
+    }
+
+    #[test]
+    fn rows_over_seeds_sum_their_counts_and_bounds_and_take_shares_of_the_sums() {
+        let row = |workload: &str, mode: &str, on_time: u64, late: u64, blind: f64, critical: Option<(u64, f64)>| {
+            SuiteRow {
+                workload: workload.into(),
+                mode: mode.into(),
+                offered: 100,
+                on_time,
+                admitted: on_time + late,
+                late,
+                oracle: 80,
+                blind,
+                share_of_oracle: 0.0,
+                share_of_blind: 0.0,
+                late_share: None,
+                critical: critical.map(|(on_time, blind)| CriticalTier {
+                    offered: 50,
+                    on_time,
+                    blind_critical_first: blind,
+                    share_of_blind: 0.0,
+                }),
+            }
+            .with_shares()
+        };
+        // Two seeds of (a, enforce) and (a, off) interleaved, one of b.
+        let rows = [
+            row("a", "enforce", 60, 0, 70.0, Some((30, 40.0))),
+            row("a", "off", 20, 30, 70.0, Some((10, 40.0))),
+            row("b", "enforce", 10, 0, 0.0, None),
+            row("a", "enforce", 90, 10, 80.0, Some((39, 38.0))),
+            row("a", "off", 40, 10, 80.0, Some((20, 38.0))),
+        ];
+        let sums = summed(&rows);
+        let keys: Vec<(&str, &str)> = sums.iter().map(|s| (s.workload.as_str(), s.mode.as_str())).collect();
+        assert_eq!(keys, [("a", "enforce"), ("a", "off"), ("b", "enforce")]);
+        let enforce = &sums[0];
+        assert_eq!((enforce.offered, enforce.on_time, enforce.oracle, enforce.blind), (200, 150, 160, 150.0));
+        assert_eq!((enforce.share_of_blind, enforce.share_of_oracle), (1.0, 150.0 / 160.0));
+        assert_eq!(enforce.late_share, Some(10.0 / 160.0));
+        let tier = enforce.critical.unwrap();
+        assert_eq!((tier.offered, tier.on_time, tier.share_of_blind), (100, 69, 69.0 / 78.0));
+        assert_eq!(sums[1].late_share, Some(40.0 / 100.0));
+        assert_eq!((sums[2].share_of_blind, sums[2].critical), (0.0, None), "no bound, no critical tier");
     }
 
     #[test]

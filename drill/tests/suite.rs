@@ -142,6 +142,7 @@ fn check_row(row: &SuiteRow, workload: &Workload, report: &DrillReport, jobs: &[
     let late = count(jobs, Outcome::Late) + count(jobs, Outcome::Unfinished);
     let bounds = &report.bounds.run;
     assert_eq!((row.offered, row.on_time, row.oracle), (jobs.len() as u64, on_time, bounds.oracle_total));
+    assert_eq!((row.admitted, row.late), (admitted, late), "{row:?}");
     assert!((row.share_of_oracle - on_time as f64 / bounds.oracle_total as f64).abs() < 1e-12, "{row:?}");
     assert!((row.share_of_blind - on_time as f64 / bounds.blind_total).abs() < 1e-12, "{row:?}");
     assert_eq!(row.late_share, (admitted > 0).then(|| late as f64 / admitted as f64), "{row:?}");

@@ -83,6 +83,11 @@ struct Args {
     /// Seed of the job plan: the same seed gives every mode the same jobs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Runs each workload of the suite with this many job plans (seeds
+    /// `seed`, `seed + 1`, ...), each to `<out>/<name>/seed-<S>/`, and sums
+    /// the summary's counts and bounds over them.
+    #[arg(long, default_value_t = 1, requires = "suite", value_parser = clap::value_parser!(u64).range(1..))]
+    seeds: u64,
     /// Scales every duration, service time and deadline by K and every rate by 1/K.
     #[arg(long, default_value_t = 0.25)]
     time_scale: f64,
@@ -142,18 +147,28 @@ fn drill(args: &Args) -> anyhow::Result<()> {
 
     let started = std::time::Instant::now();
     let mut rows = Vec::new();
+    let seeds = args.seed..args.seed + args.seeds;
     for (name, workload) in entries {
-        let out = name.as_ref().map_or(args.out.clone(), |n| args.out.join(n));
-        let label = name.clone().unwrap_or_else(|| args.workload.display().to_string());
-        let report = run_workload(&rt, &stop, args, &label, workload, &out)?;
-        if let Some(name) = name {
-            rows.extend(suite::rows(&name, &report));
+        for seed in seeds.clone() {
+            let mut out = name.as_ref().map_or(args.out.clone(), |n| args.out.join(n));
+            if args.seeds > 1 {
+                out = out.join(format!("seed-{seed}"));
+            }
+            let label = name.clone().unwrap_or_else(|| args.workload.display().to_string());
+            let report = run_workload(&rt, &stop, args, &label, workload.clone(), seed, &out)?;
+            if let Some(name) = &name {
+                rows.extend(suite::rows(name, &report));
+            }
         }
     }
     if args.suite.is_some() {
+        let rows = suite::summed(&rows);
         let (json, svg) = (args.out.join("suite.json"), args.out.join("suite.svg"));
         suite::write_json(&rows, &json)?;
         suite::write_svg(&rows, &svg)?;
+        if args.seeds > 1 {
+            println!("\nsummed over seeds {} to {}", seeds.start, seeds.end - 1);
+        }
         println!("\n{}", suite::table(&rows));
         println!("suite: {} in {:.0} s\nplot:  {}", json.display(), started.elapsed().as_secs_f64(), svg.display());
     }
@@ -167,6 +182,7 @@ fn run_workload(
     args: &Args,
     label: &str,
     workload: Workload,
+    seed: u64,
     out: &std::path::Path,
 ) -> anyhow::Result<DrillReport> {
     let retry = match args.retry {
@@ -178,7 +194,7 @@ fn run_workload(
     let setup = Setup {
         workload,
         time_scale: args.time_scale,
-        seed: args.seed,
+        seed,
         retry,
         telemetry: args.telemetry,
         daemon: args.daemon.clone(),
@@ -187,7 +203,7 @@ fn run_workload(
     println!(
         "shedder drill: {label} at time scale {} (seed {}), modes {}, daemon telemetry {}",
         args.time_scale,
-        args.seed,
+        seed,
         args.modes.iter().map(|m| m.name()).collect::<Vec<_>>().join(","),
         args.telemetry.name()
     );
@@ -199,7 +215,7 @@ fn run_workload(
         records.push(record);
     }
 
-    let report = DrillReport::build(&setup.workload, args.seed, args.time_scale, &records);
+    let report = DrillReport::build(&setup.workload, seed, args.time_scale, &records);
     let (json, svg) = (out.join("report.json"), out.join("drill.svg"));
     report.write_json(&json)?;
     report.write_svg(&svg)?;
