@@ -35,25 +35,31 @@ end
 -- grows: hosts renew at most what they say they hold.
 local grace = now < born + lease_ms
 
--- Max-min fair level: every demand below it is met, the rest get the level.
-local function fair_share(demands, mine, quota)
+-- Max-min fair shares of `quota` among `demands`, as a function of a
+-- demand: every demand below the water level is met, the rest get the
+-- level. Found once per tenant, so that judging every host's share costs a
+-- sort, not one per host.
+local function fair_shares(demands, quota)
   local n, sum = #demands, 0
   for _, d in ipairs(demands) do sum = sum + d end
   if sum <= quota then
     -- Room for everyone: the spare is split evenly, so that small rises
     -- are served before the next report.
-    return mine + (quota - sum) / n
+    local spare = (quota - sum) / n
+    return function(d) return d + spare end
   end
   local sorted = {}
   for i, d in ipairs(demands) do sorted[i] = d end
   table.sort(sorted)
-  local remaining = quota
+  local remaining, level = quota, math.huge
   for k, d in ipairs(sorted) do
-    local level = remaining / (n - k + 1)
-    if d > level then return math.min(mine, level) end
+    if d > remaining / (n - k + 1) then
+      level = remaining / (n - k + 1)
+      break
+    end
     remaining = remaining - d
   end
-  return mine
+  return function(d) return math.min(d, level) end
 end
 
 -- What a lease record commits: its share, or an earlier larger share the
@@ -98,7 +104,8 @@ for i = 1, n do
   end
   local holds = mine and committed(mine) or 0
 
-  local fair = fair_share(demands, demand, quota)
+  local fair_of = fair_shares(demands, quota)
+  local fair = fair_of(demand)
   local share = math.min(fair, quota - others)
   if grace then share = math.min(share, holds) end
   if share < 0 then share = 0 end
@@ -110,7 +117,7 @@ for i = 1, n do
     r.w = 1
     -- (Past a rounding error: shares go through JSON.)
     for h, p in pairs(peers) do
-      if committed(p) > fair_share(demands, p.d, quota) + quota * 1e-9 then over[h] = true end
+      if committed(p) > fair_of(p.d) + quota * 1e-9 then over[h] = true end
     end
   end
   local ack = '0'

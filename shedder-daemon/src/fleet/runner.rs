@@ -124,6 +124,10 @@ pub async fn run<F, Fut>(
             let sent = Instant::now();
             last_sent = Some(sent);
             early_at = None;
+            if wake == Wake::Early {
+                // An early report stands for the tick's: the next is a tick later.
+                interval.reset();
+            }
             let (epoch, rows) = {
                 let usage = usage.borrow_and_update();
                 steps_reported = usage.steps;
