@@ -14,6 +14,7 @@
 //! starting it would leave fewer workers free than the higher tiers' reserve
 //!            → reject_tier (503)              `running` from the server, else scraped;
 //!                                             asked at start only
+//! either of those two, from a server that can hold the job → hold (no status)
 //! age > max  → reject_stale (503)
 //! retry or hedge, capacity short         → reject_retry (503): shed before first attempts
 //! retry or hedge, over their share       → reject_budget (429)
@@ -28,6 +29,14 @@
 //! it. Jobs that can never make it (service past the deadline) lower
 //! `best_chance` itself, so a class with a long tail is judged on the jobs
 //! that can make it, not refused whole.
+//!
+//! **Holding instead of refusing.** A tier's refusals protect a higher
+//! tier's workers, not the job's own deadline: the job could still make it
+//! if it waited. A server whose queue can let a later job start first (a
+//! priority queue) says so (`can_hold`), and then gets `hold`: keep the job
+//! queued, start the next one, ask again as a worker frees. The job leaves
+//! the queue when it may start, or when its own chance is gone
+//! (`reject_deadline`).
 //!
 //! **Two refusals a client can act on.** 503 means the backend has no room
 //! in time: `Retry-After` is the predicted drain time (the queue term),
@@ -71,6 +80,8 @@ pub struct AdmitRequest {
     /// ahead of it. Its wait is then predicted from them (see
     /// [`crate::control::ahead`]); None when asked as the job starts.
     pub waiting_ahead: Option<f64>,
+    /// The server can keep this job queued and start a later one first.
+    pub can_hold: bool,
 }
 
 /// The knobs of the answer (per request, or the defaults).
@@ -155,6 +166,9 @@ pub enum Verdict {
     RejectRetry,
     /// A retry or hedge over the class's retry share.
     RejectBudget,
+    /// Not now, for a higher tier's sake: keep the job queued, start the
+    /// next one, and ask again as a worker frees (servers that can hold).
+    Hold,
 }
 
 impl Verdict {
@@ -167,14 +181,16 @@ impl Verdict {
             Verdict::RejectTier => "reject_tier",
             Verdict::RejectRetry => "reject_retry",
             Verdict::RejectBudget => "reject_budget",
+            Verdict::Hold => "hold",
         }
     }
 
     /// The HTTP status a server should answer with: 429 over a budget
-    /// (retry soon), 503 without capacity (retry after the hint).
+    /// (retry soon), 503 without capacity (retry after the hint); none to
+    /// admit or hold.
     pub fn http_status(self) -> Option<u16> {
         match self {
-            Verdict::Admit => None,
+            Verdict::Admit | Verdict::Hold => None,
             Verdict::RejectBudget => Some(429),
             Verdict::RejectDeadline | Verdict::RejectStale | Verdict::RejectTier | Verdict::RejectRetry => Some(503),
         }
@@ -193,7 +209,7 @@ pub struct AdmitDecision {
     pub queue_age_ms: f64,
     /// Asked at arrival: the wait predicted from the jobs ahead, ms.
     pub expected_wait_ms: Option<f64>,
-    /// For rejections: when to retry, ms, within the policy's bounds.
+    /// For refusals: when to retry, ms, within the policy's bounds.
     pub retry_after_ms: Option<u64>,
     /// Admitted only because the backend is idle (the sanity guard).
     pub guarded: bool,
@@ -238,6 +254,13 @@ pub fn admit<R: Rng + ?Sized>(
     let repeat = request.attempt > 1 || request.hedge;
     let (kind, kinds) = if request.hedge { ("hedge", "hedges") } else { ("retry", "retries") };
     let drain = s.queue_term_ms;
+    // A tier's refusal, or a hold where the server can keep the job queued
+    // (asked at start: on arrival the job is yet to queue).
+    let (for_tier, after) = if request.can_hold && request.waiting_ahead.is_none() {
+        (Verdict::Hold, "hold it and start the next job".to_string())
+    } else {
+        (Verdict::RejectTier, format!("queue drains in ~{drain:.0} ms"))
+    };
     let (verdict, over_ms, guarded, reason) = if p.is_nan() || p < threshold {
         if view.idle && p > 0.0 {
             (
@@ -256,17 +279,15 @@ pub fn admit<R: Rng + ?Sized>(
         view.reserve.zip(running).filter(|(r, running)| request.waiting_ahead.is_none() && !r.allows(*running))
     {
         let why = format!(
-            "{running:.0} of {:.0} workers busy: {:.0} kept free for {} work; queue drains in ~{drain:.0} ms",
+            "{running:.0} of {:.0} workers busy: {:.0} kept free for {} work; {after}",
             reserve.capacity,
             reserve.workers,
             reserve.for_tier.as_str()
         );
-        (Verdict::RejectTier, drain, false, why)
+        (for_tier, drain, false, why)
     } else if let Some(higher) = view.yields_to.as_ref().filter(|_| !view.idle) {
-        let why = format!(
-            "{higher}, of a higher tier, is missing deadlines: this tier waits; queue drains in ~{drain:.0} ms"
-        );
-        (Verdict::RejectTier, drain, false, why)
+        let why = format!("{higher}, of a higher tier, is missing deadlines: this tier waits; {after}");
+        (for_tier, drain, false, why)
     } else if queue_age_ms > policy.max_queue_age_ms {
         let why = format!("queued {queue_age_ms:.0} ms > {:.0} ms", policy.max_queue_age_ms);
         (Verdict::RejectStale, queue_age_ms - policy.max_queue_age_ms, false, why)
@@ -282,7 +303,7 @@ pub fn admit<R: Rng + ?Sized>(
     } else {
         (Verdict::Admit, 0.0, false, format!("on-time chance {p:.2} >= {threshold:.2}{waits}"))
     };
-    let retry_after_ms = (verdict != Verdict::Admit).then(|| retry_after(over_ms, policy, rng));
+    let retry_after_ms = verdict.http_status().is_some().then(|| retry_after(over_ms, policy, rng));
     AdmitDecision {
         verdict,
         slack_ms: request.deadline_ms - request.now_ms - s.service_term_ms,

@@ -158,6 +158,13 @@ fn every_op_with_good_and_bad_input_on_one_connection() {
         json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "waiting_ahead": -1}),
         "bad_request",
     );
+    // A server that can hold a job says so; a fresh job is admitted all the same.
+    let h = c.ok(json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 1.0, "can_hold": true}));
+    assert_eq!(h["verdict"], json!("admit"));
+    c.err(
+        json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 1.0, "can_hold": "yes"}),
+        "bad_request",
+    );
     c.err(
         json!({"op": "admit", "class": "nope", "deadline_ms": 1.0, "now_ms": 0.0, "queue_age_ms": 1.0}),
         "bad_request",
@@ -272,8 +279,8 @@ fn an_unprivileged_client_may_read_and_feed_but_not_change_the_config() {
     assert!(out.contains("[[class]]") && out.contains("name = \"web\""), "{out}");
     let (code, out, _) = bed.ctl(None, &["decisions", "-n", "3"]);
     assert_eq!(code, 0, "{out}");
-    let (code, out, _) =
-        bed.ctl(None, &["admit", "chat", "--deadline-ms", "100000", "--now-ms", "0", "--queue-age-ms", "5"]);
+    let (code, out, _) = bed
+        .ctl(None, &["admit", "chat", "--deadline-ms", "100000", "--now-ms", "0", "--queue-age-ms", "5", "--can-hold"]);
     assert_eq!(code, 0);
     assert!(out.starts_with("admit"), "{out}");
     let out = Command::new(env!("CARGO_BIN_EXE_shedder"))

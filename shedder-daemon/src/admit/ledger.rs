@@ -60,9 +60,15 @@ impl AdmissionLedger {
         self.classes.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// One answer of the `admit` op.
+    /// One answer of the `admit` op. A hold is neither: the job stays
+    /// queued, and is asked about again.
     pub fn record(&self, class: &str, decision: &AdmitDecision, repeat: bool, asked: Asked) {
-        if asked == Asked::OnArrival && decision.verdict == Verdict::Admit {
+        let settled = match decision.verdict {
+            Verdict::Hold => false,
+            Verdict::Admit => asked == Asked::AtStart,
+            _ => true,
+        };
+        if !settled {
             return;
         }
         let mut classes = self.classes();
@@ -174,6 +180,11 @@ mod tests {
         l.record("chat", &decision(Verdict::RejectDeadline, false), false, Asked::OnArrival);
         assert!((l.retry_share("chat") - 0.1).abs() < 1e-12);
         assert_eq!((l.refused()["chat"], l.guarded()["chat"]), (3, 1));
+        assert!(l.take_refused_waits().is_empty());
+        // A held job is still queued: neither an admission nor a refusal.
+        l.record("chat", &decision(Verdict::Hold, false), false, Asked::AtStart);
+        assert!((l.retry_share("chat") - 0.1).abs() < 1e-12);
+        assert_eq!(l.refused()["chat"], 3);
         assert!(l.take_refused_waits().is_empty());
         // Decay keeps the share, and later first attempts dilute it.
         l.decay(10.0);

@@ -71,6 +71,7 @@ fn request(age_ms: f64) -> AdmitRequest {
         hedge: false,
         running: None,
         waiting_ahead: None,
+        can_hold: false,
     }
 }
 
@@ -155,6 +156,34 @@ fn verdicts_follow_the_chance_of_finishing_in_time() {
             Some(503),
         ),
         (
+            "…from a server that can hold it: kept queued, no status",
+            below_critical(short.clone(), None),
+            AdmitRequest { running: Some(6.0), can_hold: true, ..request(0.0) },
+            Verdict::Hold,
+            None,
+        ),
+        (
+            "…held, but its own chance gone by now: refused",
+            below_critical(short.clone(), None),
+            AdmitRequest { running: Some(6.0), can_hold: true, ..request(2_700.0) },
+            Verdict::RejectDeadline,
+            Some(503),
+        ),
+        (
+            "a higher tier missing its deadlines: this tier waits",
+            ClassView { yields_to: Some("critical".into()), ..view(short.clone(), false, false) },
+            request(0.0),
+            Verdict::RejectTier,
+            Some(503),
+        ),
+        (
+            "…in the queue, where the server can hold it",
+            ClassView { yields_to: Some("critical".into()), ..view(short.clone(), false, false) },
+            AdmitRequest { can_hold: true, ..request(0.0) },
+            Verdict::Hold,
+            None,
+        ),
+        (
             "the server does not say: the scraped running count stands in",
             below_critical(short.clone(), Some(7.0)),
             request(0.0),
@@ -210,7 +239,7 @@ fn verdicts_follow_the_chance_of_finishing_in_time() {
         let d = admit(&request, &view, &policy, 0.0, 0.1, &mut rng);
         assert_eq!(d.verdict, verdict, "{what}: {d:?}");
         assert_eq!(d.verdict.http_status(), status, "{what}");
-        assert_eq!(d.retry_after_ms.is_some(), verdict != Verdict::Admit, "{what}");
+        assert_eq!(d.retry_after_ms.is_some(), status.is_some(), "{what}: a hint with every refusal");
         assert!(!d.reason.is_empty(), "{what}");
     }
     // The prediction is in the answer and its reason.

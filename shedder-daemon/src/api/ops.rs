@@ -13,7 +13,7 @@ use super::protocol::{
 };
 use super::status::StatusCache;
 use crate::{
-    admit::{AdmitPolicy, AdmitRequest, QueueAge, admit, ledger::Asked},
+    admit::{AdmitPolicy, AdmitRequest, QueueAge, Verdict, admit, ledger::Asked},
     config::Config,
     daemon::{ChangeError, Daemon},
     telemetry::samples::SampleError,
@@ -234,6 +234,7 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
         hedge: request.hedge,
         running: request.running.map(f64::from),
         waiting_ahead: request.waiting_ahead.map(f64::from),
+        can_hold: request.can_hold,
     };
     let ledger = control.admissions();
     let decision = admit(
@@ -246,7 +247,8 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
     );
     let asked = if request.waiting_ahead.is_some() { Asked::OnArrival } else { Asked::AtStart };
     ledger.record(&request.class, &decision, attempt > 1 || request.hedge, asked);
-    if let Some(running) = admit_request.running.filter(|_| asked == Asked::AtStart) {
+    let answered = asked == Asked::AtStart && decision.verdict != Verdict::Hold;
+    if let Some(running) = admit_request.running.filter(|_| answered) {
         ledger.started_with(running);
     }
     control.distributions().observe_admission(&request.class, decision.slack_ms, decision.verdict.as_str());

@@ -416,6 +416,13 @@ pub struct Admit {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_ahead: Option<u32>,
+    /// The server can keep this job queued and start a later one first (a
+    /// priority queue): where a lower tier's job would be refused only for
+    /// a higher tier's sake, the answer is then `hold`, not a refusal: keep
+    /// it queued and ask again as a worker frees.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub can_hold: bool,
     /// The knobs, as JSON; by default the class's margin and a stale limit
     /// of [`DEFAULT_MAX_QUEUE_AGE_MS`].
     #[arg(long, value_parser = args::json::<AdmitPolicy>)]

@@ -605,8 +605,12 @@ fn lower_tiers_leave_workers_free_for_the_tiers_above_with_work() {
     assert_eq!(reserve(&c, "critical"), None, "nothing above the highest tier");
     // Standard has nothing of its own to protect it from, but critical is above it.
     let r = reserve(&c, "sheddable").expect("sheddable keeps workers free");
-    assert_eq!((r.workers, r.capacity, r.for_tier), (2.0, 8.0, Tier::Critical), "floor(sqrt(4.5)) for critical: {r:?}");
-    assert_eq!(reserve(&c, "standard").map(|r| r.workers), Some(2.0));
+    assert_eq!(
+        (r.workers, r.capacity, r.for_tier),
+        (3.0, 8.0, Tier::Critical),
+        "floor(sqrt(2 x 4.5)) for critical: {r:?}"
+    );
+    assert_eq!(reserve(&c, "standard").map(|r| r.workers), Some(3.0));
     // Critical goes quiet: its demand decays away, and so does the reserve.
     let quiet = BTreeMap::from([("critical".to_string(), 0.0), ("sheddable".to_string(), 5.0)]);
     for t in 2..=100 {

@@ -126,7 +126,7 @@ impl Distributions {
         );
         registry.register(
             "shedder_job_admissions",
-            "Job-level admission answers by verdict (admit, reject_deadline, reject_stale)",
+            "Job-level admission answers by verdict (admit, hold, reject_deadline, reject_tier, ...)",
             self.admissions.clone(),
         );
     }

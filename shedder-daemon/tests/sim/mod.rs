@@ -65,7 +65,9 @@ pub struct Workload {
 pub enum Mode {
     /// Every job is admitted and served in FIFO order.
     Off,
-    /// Fast-path budgets from the controller, and `admit` at dequeue.
+    /// Fast-path budgets from the controller, and `admit` at dequeue, from a
+    /// server that can hold a job (`can_hold`): a held job stays queued and
+    /// the worker takes the next; held jobs are asked again first.
     Enforce,
     /// Fast-path budgets, and `admit` asked only as each job arrives, with
     /// the jobs queued ahead of it when it `knows_queue` (a queue-depth
@@ -237,6 +239,8 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
     // The operator's burst: a quarter second of the budget, at least 5.
     let burst = |rate: f64| (rate * 0.25).max(5.0);
     let mut queue: VecDeque<Job> = VecDeque::new();
+    // Jobs `admit` held, oldest first: older than anything in `queue`.
+    let mut held: VecDeque<Job> = VecDeque::new();
     let mut workers: Vec<Option<(f64, Job)>> = vec![None; w.workers];
     let mut pending: Vec<(usize, Observation)> = Vec::new();
     // Jobs in service as each job started since the last tick (`admit`'s `running`).
@@ -320,6 +324,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         hedge: false,
                         running: Some(busy),
                         waiting_ahead: knows_queue.then_some(queue.len() as f64),
+                        can_hold: false,
                     };
                     if admit(&request, view, &policy, 0.0, params.retry_share_max, &mut rng).verdict != Verdict::Admit {
                         wasted[i].push_back(t);
@@ -331,15 +336,16 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                 }
                 queue.push_back(job);
             }
-            // Free workers take jobs, asking `admit` first.
+            // Free workers take jobs, asking `admit` first: the held jobs,
+            // oldest first, then the queue.
+            let mut still_held = VecDeque::new();
             while let Some(slot) = workers.iter().position(Option::is_none) {
-                let Some(job) = queue.pop_front() else { break };
+                let Some(job) = held.pop_front().or_else(|| queue.pop_front()) else { break };
                 let c = &w.classes[job.class];
                 if mode == Mode::Enforce
                     && let Some(view) = controller.view(c.name)
                 {
                     let running = workers.iter().flatten().count() as f64;
-                    starts.push(running);
                     let request = AdmitRequest {
                         deadline_ms: job.arrival_ms + c.deadline_ms,
                         queue_age: QueueAge::QueuedAtMs(job.arrival_ms),
@@ -348,8 +354,14 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         hedge: false,
                         running: Some(running),
                         waiting_ahead: None,
+                        can_hold: true,
                     };
                     let d = admit(&request, view, &policy, 0.0, params.retry_share_max, &mut rng);
+                    if d.verdict == Verdict::Hold {
+                        still_held.push_back(job);
+                        continue;
+                    }
+                    starts.push(running);
                     if d.verdict != Verdict::Admit {
                         // As the daemon does: a refused job's wait is a queue-age sample too.
                         pending.push((job.class, Observation::QueueAge { ms: t - job.arrival_ms, count: 1 }));
@@ -363,6 +375,8 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                 pending.push((job.class, Observation::QueueAge { ms: t - job.arrival_ms, count: 1 }));
                 workers[slot] = Some((t + job.service_ms, job));
             }
+            still_held.append(&mut held);
+            held = still_held;
         }
         // The tick: observations in, rates over the last second, budgets out.
         let at = Duration::from_millis(tick_ms);

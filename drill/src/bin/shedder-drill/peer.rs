@@ -58,6 +58,12 @@ impl Load {
         self.busy.fetch_sub(1, Ordering::Relaxed);
     }
 
+    /// A worker put a job it took back in the queue (held).
+    pub fn put_back(&self) {
+        self.busy.fetch_sub(1, Ordering::Relaxed);
+        self.queued.fetch_add(1, Ordering::Relaxed);
+    }
+
     fn queued(&self) -> usize {
         self.queued.load(Ordering::Relaxed)
     }

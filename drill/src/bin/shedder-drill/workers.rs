@@ -1,5 +1,11 @@
 //! The backend's W worker slots, taking jobs from one FIFO queue.
 //!
+//! The queue can hold a job back, as a priority queue can: where `admit`
+//! answers `hold` (a lower tier's job that would take a worker kept for a
+//! higher tier), the job stays queued, aside, and the worker takes the next
+//! one. Held jobs are older than anything in the queue, so a worker asks
+//! about them first: when it frees, and at the daemon's tick while it idles.
+//!
 //! When a worker takes a job off the queue, a `queue-timeout` peer answers
 //! 503 if it waited too long. Otherwise the worker computes the job's slack
 //! (time left to its deadline minus the backend's own recent service p95 for
@@ -67,6 +73,7 @@ pub fn start(
     exporter: Option<Arc<Exporter>>,
 ) {
     let queue = Arc::new(AsyncMutex::new(queue));
+    let held = Arc::new(Held::default());
     let recent = Arc::new(RecentService::new(&ctx));
     let pusher = match &exporter {
         Some(_) => None,
@@ -76,6 +83,7 @@ pub fn start(
         let worker = Worker {
             ctx: ctx.clone(),
             queue: queue.clone(),
+            held: held.clone(),
             recent: recent.clone(),
             admit: admission.socket().map(|s| ControlClient::new(s)),
             enforce: matches!(admission, Admission::Enforce(_)),
@@ -88,9 +96,37 @@ pub fn start(
     }
 }
 
+/// Jobs `admit` held, oldest first.
+#[derive(Default)]
+struct Held(Mutex<VecDeque<QueuedJob>>);
+
+impl Held {
+    fn oldest(&self) -> Option<QueuedJob> {
+        self.0.lock().unwrap().pop_front()
+    }
+
+    fn put(&self, job: QueuedJob) {
+        let mut held = self.0.lock().unwrap();
+        let at = held.partition_point(|j| j.enqueued_ms <= job.enqueued_ms);
+        held.insert(at, job);
+    }
+
+    fn is_empty(&self) -> bool {
+        self.0.lock().unwrap().is_empty()
+    }
+}
+
+/// What a worker did with a job it took.
+enum Taken {
+    Answered(Response),
+    /// `admit` held it: back in the queue.
+    Held,
+}
+
 struct Worker {
     ctx: Arc<RunContext>,
     queue: Arc<AsyncMutex<mpsc::UnboundedReceiver<QueuedJob>>>,
+    held: Arc<Held>,
     recent: Arc<RecentService>,
     admit: Option<ControlClient>,
     enforce: bool,
@@ -102,16 +138,48 @@ struct Worker {
 
 impl Worker {
     async fn run(mut self) {
+        // A worker that just put a held job back looks in the queue before
+        // asking about the held ones again.
+        let mut ask_held = true;
         loop {
-            let Some(job) = self.queue.lock().await.recv().await else { return };
+            let job = match ask_held.then(|| self.held.oldest()).flatten() {
+                Some(job) => job,
+                None => {
+                    // With jobs held, idle no longer than a tick: the
+                    // daemon's answer may change with it.
+                    let recheck = Duration::from_secs_f64(0.1 * self.ctx.time_scale);
+                    let next = async { self.queue.lock().await.recv().await };
+                    let next = match self.held.is_empty() {
+                        true => Some(next.await),
+                        false => tokio::time::timeout(recheck, next).await.ok(),
+                    };
+                    match next {
+                        Some(Some(job)) => job,
+                        Some(None) => return,
+                        None => {
+                            ask_held = true;
+                            continue;
+                        }
+                    }
+                }
+            };
             self.load.taken();
-            let response = self.work(&job).await;
-            self.load.done();
-            let _ = job.reply.send(response);
+            match self.work(&job).await {
+                Taken::Answered(response) => {
+                    self.load.done();
+                    let _ = job.reply.send(response);
+                    ask_held = true;
+                }
+                Taken::Held => {
+                    self.load.put_back();
+                    self.held.put(job);
+                    ask_held = false;
+                }
+            }
         }
     }
 
-    async fn work(&mut self, job: &QueuedJob) -> Response {
+    async fn work(&mut self, job: &QueuedJob) -> Taken {
         let ctx = self.ctx.clone();
         let planned = &ctx.plan[job.id as usize];
         let class = &ctx.scaled.classes[planned.class];
@@ -133,10 +201,14 @@ impl Worker {
         };
         if let Some(reason) = self.peer.on_dequeue(queue_age_ms, class.deadline_ms) {
             abort();
-            return figures(Response::new(503)).header("X-Drill-Reason", reason);
+            return Taken::Answered(figures(Response::new(503)).header("X-Drill-Reason", reason));
         }
         if let Some(verdict) = self.ask_admit(job, &class.name, deadline_ms, start_ms, queue_age_ms).await {
-            let rejected = verdict["verdict"].as_str().is_some_and(|v| v != "admit");
+            let verdict_is = |v: &str| verdict["verdict"].as_str() == Some(v);
+            if verdict_is("hold") && self.enforce {
+                return Taken::Held;
+            }
+            let rejected = !verdict_is("admit") && !verdict_is("hold");
             if rejected && self.enforce {
                 let retry_after_ms = verdict["retry_after_ms"].as_f64().unwrap_or(1000.0 * ctx.time_scale);
                 // Retry-After is in the workload's seconds (see `http`).
@@ -148,10 +220,12 @@ impl Worker {
                     verdict["reason"].as_str().unwrap_or("no capacity")
                 );
                 abort();
-                return figures(Response::new(status))
-                    .header("X-Drill-Reason", "reject_deadline")
-                    .header("X-Drill-Detail", detail)
-                    .header("Retry-After", retry_after_s);
+                return Taken::Answered(
+                    figures(Response::new(status))
+                        .header("X-Drill-Reason", "reject_deadline")
+                        .header("X-Drill-Detail", detail)
+                        .header("Retry-After", retry_after_s),
+                );
             }
         }
 
@@ -175,7 +249,7 @@ impl Worker {
                 "attempt": job.attempt,
             }));
         }
-        figures(Response::new(200)).header("X-Drill-Service-Ms", format!("{service_ms:.3}"))
+        Taken::Answered(figures(Response::new(200)).header("X-Drill-Service-Ms", format!("{service_ms:.3}")))
     }
 
     /// The daemon's verdict, or None without a daemon or when it cannot
@@ -199,6 +273,8 @@ impl Worker {
             "hedge": job.hedge,
             // What the server runs besides this job, as a server knows it.
             "running": self.load.busy().saturating_sub(1),
+            // Its queue can keep a job aside and start the next.
+            "can_hold": true,
             // The daemon's defaults, at the run's time scale; nothing is ever stale.
             "policy": {
                 "max_queue_age_ms": 1e9,
