@@ -145,6 +145,16 @@ impl Judged {
         }
     }
 
+    /// With class 0 the critical tier: it reaches 90% of its bound with
+    /// under 1% late, the total 90%, and the lower tier is no worse than
+    /// off (its jobs wait, held, for a worker critical can spare rather than
+    /// being refused for critical's sake).
+    fn meets_the_tiered_goals(&self, what: &str) {
+        self.reaches(what, 0.9, &[0]);
+        self.never_worse_than_off(what);
+        self.late_under(what, 0, 0.01);
+    }
+
     fn total_reaches(&self, what: &str, fraction: f64) {
         let e = sum(&Self::on_time(&self.enforce));
         assert!(e >= fraction * sum(&self.bound), "{what}: total {e:.0} < {fraction} x bound {:.0}", sum(&self.bound));
@@ -195,13 +205,7 @@ fn two_tiers_sharing_workers_protect_the_critical_tier() {
     let before = outcomes(&w, Mode::Enforce, 5.0, 30.0)[0];
     let j = judge(&w, 30.0, 70.0);
     j.report("two tiers, the tail");
-    // Critical at 90% of its bound, in total 90%, and batch no worse than
-    // off: its jobs wait (held) for a worker that critical can spare rather
-    // than being refused for critical's sake.
-    j.classes_reach("two tiers", 0.9, &[0]);
-    j.total_reaches("two tiers", 0.9);
-    j.never_worse_than_off("two tiers");
-    j.late_under("two tiers", 0, 0.01);
+    j.meets_the_tiered_goals("two tiers");
     // Critical keeps its on-time rate from before the tail.
     let rate_before = before.on_time as f64 / 25.0;
     let rate_during = j.enforce[0].on_time as f64 / 40.0;
@@ -221,10 +225,7 @@ fn a_tight_critical_class_beside_a_batch_class_whose_tail_fills_the_queue() {
     let w = Workload { classes: vec![ttft, batch], workers: 8, duration_s: 80.0, workers_known: true };
     let j = judge(&w, 5.0, 80.0);
     j.report("tight critical beside batch");
-    j.classes_reach("tight critical beside batch", 0.9, &[0]);
-    j.total_reaches("tight critical beside batch", 0.9);
-    j.never_worse_than_off("tight critical beside batch");
-    j.late_under("tight critical beside batch", 0, 0.01);
+    j.meets_the_tiered_goals("tight critical beside batch");
 }
 
 #[test]
