@@ -98,7 +98,7 @@ pub fn daemon_config(scaled: &Workload, mode: DaemonMode, k: f64, scrape: Option
     root.insert(
         "control".into(),
         table([
-            ("tick_ms", scaled_ms(100.0, k).into()),
+            ("tick_ms", scaled_ms(TICK_MS, k).into()),
             ("hold_ms", scaled_ms(500.0, k).into()),
             ("depth_max_age_ms", scaled_ms(2_000.0, k).into()),
             ("stale_after_ms", scaled_ms(3_000.0, k).into()),
@@ -121,6 +121,9 @@ pub fn daemon_config(scaled: &Workload, mode: DaemonMode, k: f64, scrape: Option
     config.compile().context("the daemon refuses the generated config")?;
     Ok(text)
 }
+
+/// The daemon's control tick, in the workload's ms (scaled by K like every duration).
+pub const TICK_MS: f64 = 100.0;
 
 fn scaled_ms(ms: f64, k: f64) -> i64 {
     ((ms * k).round() as i64).max(1)

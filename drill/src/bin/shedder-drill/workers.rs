@@ -34,6 +34,7 @@ use tokio::{
 use crate::{
     backend::QueuedJob,
     control::ControlClient,
+    daemon_config::TICK_MS,
     exporter::Exporter,
     http::Response,
     peer::{Load, Peer},
@@ -147,7 +148,7 @@ impl Worker {
                 None => {
                     // With jobs held, idle no longer than a tick: the
                     // daemon's answer may change with it.
-                    let recheck = Duration::from_secs_f64(0.1 * self.ctx.time_scale);
+                    let recheck = Duration::from_secs_f64(TICK_MS / 1000.0 * self.ctx.time_scale);
                     let next = async { self.queue.lock().await.recv().await };
                     let next = match self.held.is_empty() {
                         true => Some(next.await),
