@@ -8,6 +8,7 @@
 //! * [`checksum`]: the Internet checksum and its incremental update.
 //! * [`ipv6_ext`]: the IPv6 extension headers walked on the way to TCP, and how long each is.
 //! * [`rewrite`]: the RST reply and the DSCP mark, byte for byte.
+//! * [`resend`]: telling a SYN the client sent again after a drop from a new one.
 //! * [`reference`] (host only): a model of the whole fast path, to test the program against.
 //! * [`watchdog`]: when the daemon's heartbeat is too old to keep shedding.
 //!
@@ -22,6 +23,7 @@ pub mod ipv6_ext;
 pub mod maps;
 #[cfg(any(test, feature = "user"))]
 pub mod reference;
+pub mod resend;
 pub mod rewrite;
 pub mod tenant;
 pub mod verdict;

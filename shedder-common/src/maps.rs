@@ -36,6 +36,7 @@ pub mod names {
     pub const TENANT_V4: &str = "TENANT_V4";
     pub const TENANT_V6: &str = "TENANT_V6";
     pub const TENANT_IDS: &str = "TENANT_IDS";
+    pub const DROPPED_SYNS: &str = "DROPPED_SYNS";
 }
 
 /// Program names in the eBPF object.
@@ -119,7 +120,8 @@ impl Default for GlobalConfig {
 }
 
 /// What happened to the classified SYNs of one class, per CPU.
-/// Every SYN lands in exactly one outcome, so the outcomes sum to `seen`.
+/// Every SYN lands in exactly one outcome, so the outcomes sum to `seen`;
+/// `resent` says how many of them were sent again after a drop.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "user", derive(serde::Serialize, serde::Deserialize))]
@@ -131,6 +133,11 @@ pub struct ClassCounters {
     pub marked: u64,
     /// Over budget in observe mode: counted, then passed.
     pub would_shed: u64,
+    /// Of `seen`, SYNs this fast path had dropped before and the client sent
+    /// again (see [`crate::resend`]); each landed in an outcome too. (Absent
+    /// from an older daemon's answers: read as 0.)
+    #[cfg_attr(feature = "user", serde(default))]
+    pub resent: u64,
 }
 
 impl ClassCounters {
@@ -142,6 +149,12 @@ impl ClassCounters {
         self.rejected += other.rejected;
         self.marked += other.marked;
         self.would_shed += other.would_shed;
+        self.resent += other.resent;
+    }
+
+    /// New connections asked for: SYNs seen, less the resends of dropped ones.
+    pub fn first_attempts(&self) -> u64 {
+        self.seen.saturating_sub(self.resent)
     }
 }
 
@@ -157,6 +170,10 @@ pub struct TenantCounters {
     pub over_tenant: u64,
     /// Fit the tenant's bucket but not the class's; the tenant got its tokens back.
     pub over_class: u64,
+    /// Of the three, SYNs this fast path had dropped before and the client
+    /// sent again (see [`crate::resend`]).
+    #[cfg_attr(feature = "user", serde(default))]
+    pub resent: u64,
 }
 
 impl TenantCounters {
@@ -165,11 +182,18 @@ impl TenantCounters {
         self.admitted += other.admitted;
         self.over_tenant += other.over_tenant;
         self.over_class += other.over_class;
+        self.resent += other.resent;
     }
 
     /// SYNs the tenant offered.
     pub fn offered(&self) -> u64 {
         self.admitted + self.over_tenant + self.over_class
+    }
+
+    /// New connections the tenant asked for: what it offered, less the
+    /// resends of dropped SYNs.
+    pub fn first_attempts(&self) -> u64 {
+        self.offered().saturating_sub(self.resent)
     }
 }
 
@@ -302,9 +326,9 @@ mod tests {
     fn layouts_have_no_implicit_padding() {
         assert_eq!(core::mem::size_of::<ClassConfig>(), 56);
         assert_eq!(core::mem::size_of::<crate::bucket::BucketParams>(), 48);
-        assert_eq!(core::mem::size_of::<TenantCounters>(), 24);
+        assert_eq!(core::mem::size_of::<TenantCounters>(), 32);
         assert_eq!(core::mem::size_of::<GlobalConfig>(), 16);
         assert_eq!(core::mem::align_of::<GlobalConfig>(), 8);
-        assert_eq!(core::mem::size_of::<ClassCounters>(), 48);
+        assert_eq!(core::mem::size_of::<ClassCounters>(), 56);
     }
 }

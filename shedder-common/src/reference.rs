@@ -25,6 +25,7 @@ use crate::{
     classify::{RuleTarget, effective_mode, pick_class},
     ipv6_ext::{self, HEAD_LEN, Next},
     maps::{Action, ClassConfig, GlobalConfig, MAX_CLASSES, MAX_TENANTS, PassReason, rule_flags},
+    resend::{fingerprint, fold, slot},
     rewrite::{IPPROTO_TCP, SynFacts, TCP_FLAG_ACK, TCP_FLAG_SYN, dscp_of, mark_ipv4, mark_ipv6, rst_ipv4, rst_ipv6},
     tenant::{Buckets, Fit, charge_both},
     verdict::{Outcome, charges_bucket, decide},
@@ -100,6 +101,9 @@ pub struct Expected {
     pub output: Vec<u8>,
     /// The tenant counter a charged SYN from a tenant's addresses moves.
     pub tenant: Option<(u32, Fit)>,
+    /// A charged SYN dropped before and sent again: the class's `resent`
+    /// counter moves too, and its tenant's if it has one.
+    pub resent: bool,
 }
 
 /// What the program reads besides the configuration.
@@ -111,11 +115,19 @@ pub struct Live {
     pub tenant_tats: [u64; MAX_TENANTS as usize],
     /// The daemon's last heartbeat, as in `HEARTBEAT` (0: never written).
     pub heartbeat: u64,
+    /// Slot -> fingerprint of the last SYN dropped there, as in one CPU's
+    /// `DROPPED_SYNS` (the program's runs being compared must stay on one CPU).
+    pub dropped_syns: BTreeMap<u32, u64>,
 }
 
 impl Default for Live {
     fn default() -> Self {
-        Self { tats: [0; MAX_CLASSES as usize], tenant_tats: [0; MAX_TENANTS as usize], heartbeat: 0 }
+        Self {
+            tats: [0; MAX_CLASSES as usize],
+            tenant_tats: [0; MAX_TENANTS as usize],
+            heartbeat: 0,
+            dropped_syns: BTreeMap::new(),
+        }
     }
 }
 
@@ -158,7 +170,8 @@ impl Buckets for ModelBuckets<'_> {
 /// Judges `frame` as the program would at time `now` (CLOCK_MONOTONIC ns),
 /// charging the buckets in `live` as the program charges `BUCKETS`.
 pub fn judge(frame: &[u8], tables: &Tables, live: &mut Live, now: u64) -> Expected {
-    let pass = |counted| Expected { verdict: Verdict::Pass, counted, output: frame.to_vec(), tenant: None };
+    let pass =
+        |counted| Expected { verdict: Verdict::Pass, counted, output: frame.to_vec(), tenant: None, resent: false };
     let syn = match parse(frame) {
         Ok(syn) => syn,
         Err(reason) => return pass(Counted::Pass(reason)),
@@ -177,6 +190,15 @@ pub fn judge(frame: &[u8], tables: &Tables, live: &mut Live, now: u64) -> Expect
     // bucket fails the same way.
     let tenant = tenant_of(&syn, tables).filter(|slot| *slot < MAX_TENANTS);
     let mut fit = Fit::Both;
+    let sighting = charged.then(|| {
+        let src = match syn.addresses {
+            Addresses::V4(src, _) => src,
+            Addresses::V6(src, _) => fold(&src),
+        };
+        let fingerprint = fingerprint(src, syn.facts.src_port, syn.facts.dst_port, syn.facts.seq);
+        (slot(fingerprint), fingerprint)
+    });
+    let resent = sighting.is_some_and(|(slot, fingerprint)| live.dropped_syns.get(&slot) == Some(&fingerprint));
     if charged {
         let no_tenant = BucketParams::default();
         let mut buckets = ModelBuckets {
@@ -201,7 +223,10 @@ pub fn judge(frame: &[u8], tables: &Tables, live: &mut Live, now: u64) -> Expect
         Outcome::Dropped => Verdict::Drop,
         Outcome::Rejected => Verdict::Reply,
     };
-    Expected { verdict, counted, output, tenant }
+    if let (Outcome::Dropped, Some((slot, fingerprint))) = (outcome, sighting) {
+        live.dropped_syns.insert(slot, fingerprint);
+    }
+    Expected { verdict, counted, output, tenant, resent }
 }
 
 // --- parsing ------------------------------------------------------------------

@@ -179,7 +179,9 @@ impl ControlLoop {
         // Marked connections were admitted too (degraded, but they take a worker).
         let admitted_now = snapshots.iter().map(|s| (s.name.clone(), s.counters.admitted + s.counters.marked));
         let admitted = self.admitted.update(now, admitted_now.collect());
-        let offered = self.offered.update(now, snapshots.iter().map(|s| (s.name.clone(), s.counters.seen)).collect());
+        // Demand is the connections asked for: a dropped SYN sent again is not another.
+        let offered =
+            self.offered.update(now, snapshots.iter().map(|s| (s.name.clone(), s.counters.first_attempts())).collect());
         let wasted = self.wasted.update(now, self.admissions.refused());
         self.admissions.decay(self.last_tick.map_or(0.0, |t| now.saturating_sub(t).as_secs_f64()));
         self.last_tick = Some(now);
@@ -216,7 +218,7 @@ impl ControlLoop {
         let count = |f: fn(&shedder_common::maps::TenantCounters) -> u64| {
             snapshots.iter().map(|s| (s.name.clone(), f(&s.counters))).collect()
         };
-        let mut offered = self.tenant_offered.update(now, count(|c| c.offered()));
+        let mut offered = self.tenant_offered.update(now, count(|c| c.first_attempts()));
         // Demand follows a step within a few ticks, either way: a tenant
         // whose clients step up must not wait a second for its share, nor
         // the others for what one that stepped down no longer uses.

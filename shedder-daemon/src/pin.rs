@@ -28,7 +28,7 @@ pub const DEFAULT_ROOT: &str = "/sys/fs/bpf/shedder";
 const BPFFS_MOUNT: &str = "/sys/fs/bpf";
 
 /// The maps a restart takes over: every one of ours (aya-log's ring is not state).
-pub const PINNED_MAPS: [&str; 17] = [
+pub const PINNED_MAPS: [&str; 18] = [
     names::GLOBAL,
     names::CLASSES,
     names::BUCKETS,
@@ -46,6 +46,7 @@ pub const PINNED_MAPS: [&str; 17] = [
     names::TENANT_V4,
     names::TENANT_V6,
     names::TENANT_IDS,
+    names::DROPPED_SYNS,
 ];
 
 /// The link's file name says how it was attached: the kernel's link info does

@@ -19,6 +19,7 @@ pub fn log_counters(classes: &[ClassSnapshot], passed: &[(PassReason, u64)]) {
             rejected = n.rejected,
             marked = n.marked,
             would_shed = n.would_shed,
+            resent = n.resent,
             tokens = format_args!("{:.1}/{:.1}", c.available_milli as f64 / 1000.0, c.bucket.burst_milli as f64 / 1000.0),
             "class counters"
         );

@@ -5,15 +5,15 @@
 
 mod memory_bed;
 
-use std::time::Duration;
+use std::{collections::VecDeque, time::Duration};
 
-use shedder_common::verdict::Outcome;
+use shedder_common::{reference::Verdict, verdict::Outcome};
 use shedder_daemon::{
     clock::monotonic_ns,
     fastpath::{Fastpath, Snapshot, memory::MemoryFastpath},
     telemetry::samples::JobSample,
 };
-use shedder_testbed::packets::{SERVER_V4, TcpFrame};
+use shedder_testbed::packets::{CLIENT_V4, SERVER_V4, TcpFrame};
 
 const CONFIG: &str = include_str!("../../tests/fixtures/controlled_class.toml");
 
@@ -147,17 +147,18 @@ fn a_tenants_lent_share_follows_a_step_in_demand_within_a_few_ticks() {
     let rows = [("rising steps up", (2, 40), (2, 2), 2), ("quiet steps down", (50, 50), (50, 2), 3)];
     for (what, rising, quiet, most_ticks) in rows {
         let (mut daemon, fastpath) = memory_bed::daemon(TENANTS);
-        let send = |third_octet: u8, n: u16| {
+        // A new connection each time: a SYN seen before and dropped would be a resend.
+        let send = |third_octet: u8, n: u16, tick: u32| {
             for i in 0..n {
-                let frame = TcpFrame::v4([10, 7, third_octet, 2], SERVER_V4).ports(40_000 + i, 8000).build();
-                fastpath.receive(&frame, monotonic_ns());
+                let syn = TcpFrame::v4([10, 7, third_octet, 2], SERVER_V4).ports(40_000 + i, 8000).seq(tick);
+                fastpath.receive(&syn.build(), monotonic_ns());
             }
         };
         let mut rates = Vec::new();
         for tick in 1..=60u32 {
             let before = tick <= 30;
-            send(1, if before { rising.0 } else { rising.1 });
-            send(2, if before { quiet.0 } else { quiet.1 });
+            send(1, if before { rising.0 } else { rising.1 }, tick);
+            send(2, if before { quiet.0 } else { quiet.1 }, tick);
             daemon.control_mut().tick(TICK * tick, monotonic_ns()).unwrap();
             rates.push(tenant_rate(&fastpath, "rising"));
         }
@@ -168,4 +169,86 @@ fn a_tenants_lent_share_follows_a_step_in_demand_within_a_few_ticks() {
         let ticks = rates.iter().skip(30).position(|r| *r >= 0.95 * settled).expect("it gets there") + 1;
         assert!(ticks <= most_ticks, "{what}: at 95% of its share after {ticks} ticks: {:?}", &rates[29..42]);
     }
+}
+
+/// `batch` held to at most 20 connections/s, its drops silent.
+const HELD_BACK: &str = r#"
+mode = "enforce"
+default_class = "open"
+
+[[class]]
+name = "open"
+rate = 1e9
+burst = 1e9
+action = "drop"
+
+[[class]]
+name = "batch"
+burst = 2
+action = "drop"
+deadline_ms = 5000
+adaptive = { min_rate = 1, max_rate = 20 }
+
+[[rule]]
+class = "batch"
+dst_port = 8000
+"#;
+
+#[test]
+fn a_class_whose_dropped_syns_come_back_shows_the_demand_of_its_clients_not_of_their_retries() {
+    // Clients open 100 connections/s to `batch`, which admits 20. Run once
+    // with each dropped SYN lost for good, once with the client's TCP sending
+    // it again 1 s later (as Linux does, though it then waits 2 s, 4 s...):
+    // the demand the controller works from must be the same, 100 jobs/s of
+    // 100 ms each.
+    let mut runs = Vec::new();
+    for resending in [false, true] {
+        let (mut daemon, fastpath) = memory_bed::daemon(HELD_BACK);
+        let inbox = daemon.control().inbox();
+        // Frames dropped in each of the last ten ticks (one second).
+        let mut dropped: VecDeque<Vec<Vec<u8>>> = VecDeque::new();
+        for tick in 1..=50u32 {
+            let mut now_dropped = Vec::new();
+            let mut send = |frame: Vec<u8>| {
+                if fastpath.receive(&frame, monotonic_ns()).verdict == Verdict::Drop {
+                    now_dropped.push(frame);
+                }
+            };
+            for i in 0..10 {
+                send(TcpFrame::v4(CLIENT_V4, SERVER_V4).ports(40_000 + i, 8000).seq(tick).build());
+            }
+            if dropped.len() == 10 {
+                let second_ago = dropped.pop_front().expect("ten ticks held");
+                if resending {
+                    second_ago.into_iter().for_each(&mut send);
+                }
+            }
+            dropped.push_back(now_dropped);
+            let job = JobSample {
+                class: "batch".into(),
+                queue_age_ms: 10.0,
+                service_ms: 100.0,
+                late_by_ms: None,
+                attempt: 1,
+            };
+            inbox.push(vec![job; 2]).unwrap();
+            daemon.control_mut().tick(TICK * tick, monotonic_ns()).unwrap();
+        }
+        let batch = fastpath.class_snapshots().unwrap().into_iter().find(|s| s.name == "batch").unwrap().counters;
+        runs.push((daemon.control().controller().capacity_plan().demand, batch));
+    }
+    let [(demand_lost, lost), (demand_resent, resent)] = runs.try_into().expect("two runs");
+    assert_eq!(lost.resent, 0, "nothing sent again: {lost:?}");
+    // From the eleventh tick on, what was dropped a second before came back
+    // (resends too): every resend told apart but for a slot shared now and then.
+    assert_eq!(lost.seen, 500, "{lost:?}");
+    let resends = resent.seen - lost.seen;
+    assert!(resends > 400 && resent.resent * 100 >= resends * 95, "{resends} resends: {resent:?}");
+    assert!((demand_lost - 10.0).abs() < 0.5, "100 jobs/s of 100 ms: {demand_lost} worker-s/s");
+    // Counted as new, the resends would double it and more; the few that
+    // share a slot with another drop still count.
+    assert!(
+        (demand_resent - demand_lost).abs() < 0.1 * demand_lost,
+        "resends read as demand: {demand_resent} worker-s/s against {demand_lost} without them"
+    );
 }

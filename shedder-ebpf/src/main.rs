@@ -3,7 +3,8 @@
 //! Split like Katran's balancer: [`parse`] finds a bare SYN, [`classify`] maps
 //! it to a class, [`tenant`] finds its tenant and charges the tenant's and the
 //! class's token buckets ([`bucket`]), [`act`] rewrites
-//! the packet for reject and mark; [`watchdog`] stops all shedding while the
+//! the packet for reject and mark; [`resend`] tells a SYN sent again after a
+//! drop from a new one; [`watchdog`] stops all shedding while the
 //! daemon's heartbeat is stale. The XDP and TC entry points below share all
 //! of it and differ only in how they reach the packet ([`hook`]) and send a reply.
 #![no_std]
@@ -19,6 +20,7 @@ mod frame;
 mod hook;
 mod maps;
 mod parse;
+mod resend;
 mod tenant;
 mod watchdog;
 
@@ -67,8 +69,11 @@ fn admit<H: Hook>(ctx: &H, frame: &Frame, parsed: Result<parse::Syn, PassReason>
     let mode = effective_mode(global.mode, config.mode);
     let charged = charges_bucket(mode);
     let mut fits = true;
-    // Only a SYN that could be shed reads a clock and asks the watchdog:
-    // established flows and off-mode classes pay nothing for either.
+    // The SYN's fingerprint, read only if it is dropped (so only if charged).
+    let mut fingerprint = 0;
+    // Only a SYN that could be shed reads a clock, asks the watchdog and
+    // looks for an earlier drop of itself: established flows and off-mode
+    // classes pay for none of them.
     if charged {
         // One coarse reading for the watchdog and every bucket on that clock.
         let coarse = bucket::coarse_now();
@@ -77,6 +82,7 @@ fn admit<H: Hook>(ctx: &H, frame: &Frame, parsed: Result<parse::Syn, PassReason>
             return Verdict::Pass;
         }
         let tenant = tenant::tenant_of(&syn.addrs, global);
+        fingerprint = resend::look(&syn, class, tenant);
         let fit = tenant::charge(ctx, class, &config.bucket, tenant, coarse);
         if let Some(tenant) = tenant {
             counters::count_tenant(tenant, fit);
@@ -88,7 +94,11 @@ fn admit<H: Hook>(ctx: &H, frame: &Frame, parsed: Result<parse::Syn, PassReason>
     counters::count_outcome(class, outcome);
     match outcome {
         Outcome::Admitted | Outcome::WouldShed => Verdict::Pass,
-        Outcome::Dropped => Verdict::Drop,
+        Outcome::Dropped => {
+            // Its client will send it again; one refused with an RST it will not.
+            resend::remember_drop(fingerprint);
+            Verdict::Drop
+        }
         Outcome::Marked => Verdict::PassMarked(act::mark(frame, &syn, config.mark_dscp)),
         Outcome::Rejected => {
             ctx.prepare_reply(&syn);

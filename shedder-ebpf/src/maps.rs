@@ -12,6 +12,7 @@ use shedder_common::{
         ClassConfig, ClassCounters, DSCP_SLOTS, GlobalConfig, MAX_CIDR_RULES, MAX_CLASSES, MAX_TENANTS,
         PASS_REASON_SLOTS, PORT_SLOTS, TenantCounters,
     },
+    resend::RESEND_SLOTS,
 };
 
 #[map]
@@ -75,3 +76,8 @@ pub static TENANT_V6: LpmTrie<[u8; 16], RuleTarget> = LpmTrie::with_max_entries(
 /// Which tenant owns each slot (a digest of its name), as `CLASS_IDS` for classes.
 #[map]
 pub static TENANT_IDS: Array<u64> = Array::with_max_entries(MAX_TENANTS, 0);
+
+/// A fingerprint of the last SYN dropped per slot, per CPU (see
+/// `shedder_common::resend`): how a SYN sent again is told from a new one.
+#[map]
+pub static DROPPED_SYNS: PerCpuArray<u64> = PerCpuArray::with_max_entries(RESEND_SLOTS, 0);

@@ -28,8 +28,31 @@ impl Hook {
     }
 }
 
-/// Runs `frame` once through `hook`: its return code and the frame it left.
+thread_local! {
+    static ON_ONE_CPU: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Keeps the calling thread on the CPU it runs on now. The program runs on
+/// the caller's CPU, and it remembers the SYNs it dropped per CPU, so a test
+/// that sends a dropped SYN again must send it through the same one.
+fn stay_on_this_cpu() -> anyhow::Result<()> {
+    if ON_ONE_CPU.get() {
+        return Ok(());
+    }
+    // SAFETY: no arguments; returns the CPU number or -1.
+    let cpu = unsafe { libc::sched_getcpu() };
+    anyhow::ensure!(cpu >= 0, "sched_getcpu: {}", std::io::Error::last_os_error());
+    let mut set = nix::sched::CpuSet::new();
+    set.set(cpu as usize)?;
+    nix::sched::sched_setaffinity(nix::unistd::Pid::from_raw(0), &set)?;
+    ON_ONE_CPU.set(true);
+    Ok(())
+}
+
+/// Runs `frame` once through `hook`, on one CPU for all of a thread's
+/// calls: its return code and the frame it left.
 pub fn run(datapath: &Datapath, hook: Hook, frame: &[u8]) -> anyhow::Result<(u32, Vec<u8>)> {
+    stay_on_this_cpu()?;
     // Generous, and trimmed to what the kernel reports it wrote: replies are
     // shorter than the SYNs they answer.
     let mut out = vec![0u8; frame.len() + 256];

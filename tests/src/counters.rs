@@ -4,7 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use shedder_common::{maps::PassReason, reference::Counted, tenant::Fit, verdict::Outcome};
+use shedder_common::{
+    maps::PassReason,
+    reference::{Counted, Expected},
+    tenant::Fit,
+    verdict::Outcome,
+};
 use shedder_daemon::{datapath::Datapath, fastpath::Fastpath};
 
 /// Counter name -> value (or, for a set of moves, -> how much it moved).
@@ -22,6 +27,7 @@ pub fn counters(datapath: &Datapath) -> Counters {
             ("rejected", c.rejected),
             ("marked", c.marked),
             ("would_shed", c.would_shed),
+            ("resent", c.resent),
         ] {
             all.insert(format!("{}.{field}", class.name), value);
         }
@@ -36,6 +42,7 @@ pub fn counters(datapath: &Datapath) -> Counters {
             };
             all.insert(tenant_counter(&tenant.name, fit), value);
         }
+        all.insert(format!("tenant {}.resent", tenant.name), c.resent);
     }
     for (reason, value) in datapath.pass_counters().expect("reading pass counters") {
         all.insert(format!("pass.{}", reason.name()), value);
@@ -72,13 +79,28 @@ pub fn pass_moves(reason: PassReason) -> Counters {
     [(format!("pass.{}", reason.name()), 1)].into()
 }
 
-/// What the reference says one frame moves; `class_names` names the slots.
-pub fn counted_moves(counted: Counted, class_names: &[String]) -> Counters {
-    match counted {
+/// One SYN of `class` with this outcome, sent again after a drop: `resent` moves too.
+pub fn resent_moves(class: &str, outcome: Outcome) -> Counters {
+    let mut moves = class_moves(class, outcome);
+    moves.insert(format!("{class}.resent"), 1);
+    moves
+}
+
+/// What the reference says one frame moves, class, tenant and resend
+/// counters; `class_names` and `tenant_names` name the slots.
+pub fn reference_moves(expected: &Expected, class_names: &[String], tenant_names: &[String]) -> Counters {
+    let mut moves = match expected.counted {
+        Counted::Class(slot, outcome) if expected.resent => resent_moves(&class_names[slot as usize], outcome),
         Counted::Class(slot, outcome) => class_moves(&class_names[slot as usize], outcome),
         Counted::Pass(reason) => pass_moves(reason),
         Counted::Nothing => Counters::new(),
+    };
+    if let Some((slot, fit)) = expected.tenant {
+        let tenant = &tenant_names[slot as usize];
+        let tenant_moves = if expected.resent { resent_tenant_moves(tenant, fit) } else { tenant_moves(tenant, fit) };
+        add_moves(&mut moves, tenant_moves);
     }
+    moves
 }
 
 fn tenant_counter(tenant: &str, fit: Fit) -> String {
@@ -95,10 +117,11 @@ pub fn tenant_moves(tenant: &str, fit: Fit) -> Counters {
     [(tenant_counter(tenant, fit), 1)].into()
 }
 
-/// What the reference says one frame moves of the tenant counters;
-/// `tenant_names` names the slots.
-pub fn counted_tenant_moves(tenant: Option<(u32, Fit)>, tenant_names: &[String]) -> Counters {
-    tenant.map_or_else(Counters::new, |(slot, fit)| tenant_moves(&tenant_names[slot as usize], fit))
+/// One charged SYN of `tenant` that ended as `fit`, sent again after a drop.
+pub fn resent_tenant_moves(tenant: &str, fit: Fit) -> Counters {
+    let mut moves = tenant_moves(tenant, fit);
+    moves.insert(format!("tenant {tenant}.resent"), 1);
+    moves
 }
 
 /// Adds `more` to a running total of moves.

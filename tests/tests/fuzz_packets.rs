@@ -28,7 +28,7 @@ use shedder_daemon::{
 };
 use shedder_testbed::test_run::{Hook, describe_difference, hex, run};
 use shedder_tests::{
-    counters::{Counters, add_moves, counted_moves, counted_tenant_moves, counters, moved},
+    counters::{Counters, add_moves, counters, moved, reference_moves},
     frame_fuzz::{Targets, any_frame},
     model::Model,
 };
@@ -448,8 +448,7 @@ fn campaign(config: &str, frames: usize, seed: u64) -> Report {
                     describe_difference(&out, &want.output)
                 ));
             }
-            add_moves(&mut expected, counted_moves(want.counted, &plan.class_names));
-            add_moves(&mut expected, counted_tenant_moves(want.tenant, &plan.tenant_names));
+            add_moves(&mut expected, reference_moves(&want, &plan.class_names, &plan.tenant_names));
         }
         let got = moved(&before, &counters(&datapath));
         if got != expected {

@@ -22,7 +22,7 @@
 //!
 //! Each feature keeps its tables in a file of its own under `packet_table/`,
 //! run by this same binary: [`classify`], [`parser`], [`actions`], [`modes`],
-//! [`bucket`], [`ipv6_extension_headers`], [`tenants`]. This file holds the
+//! [`bucket`], [`ipv6_extension_headers`], [`tenants`], [`resend`]. This file holds the
 //! rows and how they run. The tables' configs are fixture files under
 //! `tests/fixtures/packet_table/`, which the differential fuzzer runs over too.
 
@@ -38,6 +38,8 @@ mod ipv6_extension_headers;
 mod modes;
 #[path = "packet_table/parser.rs"]
 mod parser;
+#[path = "packet_table/resend.rs"]
+mod resend;
 #[path = "packet_table/tenants.rs"]
 mod tenants;
 
@@ -59,8 +61,8 @@ use shedder_testbed::{
 };
 use shedder_tests::{
     counters::{
-        Counters, add_moves, class_moves, counted_moves, counted_tenant_moves, counters, moved, pass_moves,
-        tenant_moves,
+        Counters, add_moves, class_moves, counters, moved, pass_moves, reference_moves, resent_moves,
+        resent_tenant_moves, tenant_moves,
     },
     model::Model,
 };
@@ -80,6 +82,8 @@ enum Out {
 /// The one counter a row must move (by one).
 enum Effect {
     Class(&'static str, Outcome),
+    /// A SYN of the class, the same as one it dropped before: `resent` moves too.
+    Resent(&'static str, Outcome),
     Pass(PassReason),
 }
 
@@ -98,6 +102,14 @@ struct Row {
 impl Row {
     fn tenant(mut self, tenant: &'static str, fit: Fit) -> Self {
         self.tenant = Some((tenant, fit));
+        self
+    }
+
+    /// The SYN is one the fast path dropped before, sent again.
+    fn resent(mut self) -> Self {
+        if let Effect::Class(class, outcome) = self.effect {
+            self.effect = Effect::Resent(class, outcome);
+        }
         self
     }
 
@@ -199,10 +211,12 @@ fn load(config: &str) -> Datapath {
 fn expected_moves(row: &Row) -> Counters {
     let mut moves = match &row.effect {
         Effect::Class(class, outcome) => class_moves(class, *outcome),
+        Effect::Resent(class, outcome) => resent_moves(class, *outcome),
         Effect::Pass(reason) => pass_moves(*reason),
     };
     if let Some((tenant, fit)) = row.tenant {
-        add_moves(&mut moves, tenant_moves(tenant, fit));
+        let resent = matches!(row.effect, Effect::Resent(..));
+        add_moves(&mut moves, if resent { resent_tenant_moves(tenant, fit) } else { tenant_moves(tenant, fit) });
     }
     moves
 }
@@ -241,8 +255,7 @@ fn check_row(datapath: &Datapath, model: &mut Model, plan: &Plan, hook: Hook, ro
     if got_moves != want_moves {
         errors.push(format!("counters moved {got_moves:?}, want {want_moves:?}"));
     }
-    let mut reference_moves = counted_moves(reference.counted, &plan.class_names);
-    add_moves(&mut reference_moves, counted_tenant_moves(reference.tenant, &plan.tenant_names));
+    let reference_moves = reference_moves(&reference, &plan.class_names, &plan.tenant_names);
     if (reference.verdict, &reference_moves) != (row.verdict, &want_moves) {
         errors.push(format!("reference: {:?} moving {reference_moves:?}", reference.verdict));
     }

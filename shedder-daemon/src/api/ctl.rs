@@ -391,7 +391,7 @@ fn status_table(a: &StatusAnswer) -> String {
         None => "gpu: no reading yet\n".into(),
     };
     out += &format!(
-        "{:<14} {:<8} {:<7} {:>9} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8} {:>7} {:>10} {:>9} {:>9} {:>9}\n",
+        "{:<14} {:<8} {:<7} {:>9} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8} {:>7} {:>10} {:>8} {:>9} {:>9} {:>9}\n",
         "class",
         "mode",
         "action",
@@ -404,6 +404,7 @@ fn status_table(a: &StatusAnswer) -> String {
         "rejected",
         "marked",
         "would_shed",
+        "resent",
         "slack_ms",
         "qage_p95",
         "svc_p95"
@@ -411,7 +412,7 @@ fn status_table(a: &StatusAnswer) -> String {
     for c in &s.classes {
         let k = &c.counters;
         out += &format!(
-            "{:<14} {:<8} {:<7} {:>9} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8} {:>7} {:>10} {:>9} {:>9} {:>9}\n",
+            "{:<14} {:<8} {:<7} {:>9} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8} {:>7} {:>10} {:>8} {:>9} {:>9} {:>9}\n",
             c.name,
             word(&c.mode),
             c.action.as_ref().map_or("?".into(), word),
@@ -424,6 +425,7 @@ fn status_table(a: &StatusAnswer) -> String {
             k.rejected,
             k.marked,
             k.would_shed,
+            k.resent,
             num(c.slack_ms(), 0),
             num(c.queue_age_p95_ms, 0),
             num(c.service_p95_ms, 0),

@@ -19,9 +19,10 @@
 //!   count, or completions × service time) while a backlog stands, else no
 //!   limit of its own.
 //! * **Demand**, per class: jobs offered per second (new connections seen by
-//!   the fast path) × the class's mean service time: what it would cost if
-//!   all were admitted. Jobs cost their service time whether or not they
-//!   finish in time, and their size is unknown at admission.
+//!   the fast path, less resends of SYNs it dropped) × the class's mean
+//!   service time: what it would cost if all were admitted. Jobs cost their
+//!   service time whether or not they finish in time, and their size is
+//!   unknown at admission.
 //! * **Allocation** ([`allocate`]): capacity goes tier by tier, by weight
 //!   within a tier. When demand exceeds what is available and overload is
 //!   in evidence (a backlog, or a law that has cut), a class's budget is the

@@ -66,12 +66,18 @@ impl MemoryFastpath {
         let state = &mut *self.state();
         let expected = judge(frame, &state.tables, &mut state.live, now_ns);
         match expected.counted {
-            Counted::Class(slot, outcome) => state.class_counters[slot as usize].count(outcome),
+            Counted::Class(slot, outcome) => {
+                let counters = &mut state.class_counters[slot as usize];
+                counters.count(outcome);
+                counters.resent += u64::from(expected.resent);
+            }
             Counted::Pass(reason) => state.passed[reason as usize] += 1,
             Counted::Nothing => {}
         }
         if let Some((slot, fit)) = expected.tenant {
-            state.tenant_counters[slot as usize].count(fit);
+            let counters = &mut state.tenant_counters[slot as usize];
+            counters.count(fit);
+            counters.resent += u64::from(expected.resent);
         }
         expected
     }

@@ -166,6 +166,7 @@ pub fn render(daemon: &Daemon) -> Result<String, MetricsError> {
 
     let outcomes = Family::<OutcomeLabel, Counter>::default();
     let seen = Family::<ClassLabel, Counter>::default();
+    let resent = Family::<ClassLabel, Counter>::default();
     let rate = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
     let tokens = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
     let slack = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
@@ -173,6 +174,7 @@ pub fn render(daemon: &Daemon) -> Result<String, MetricsError> {
         let class = ClassLabel { class: snapshot.name.clone() };
         let c = snapshot.counters;
         seen.get_or_create(&class).inc_by(c.seen);
+        resent.get_or_create(&class).inc_by(c.resent);
         for (outcome, n) in [
             ("admitted", c.admitted),
             ("dropped", c.dropped),
@@ -189,6 +191,11 @@ pub fn render(daemon: &Daemon) -> Result<String, MetricsError> {
         }
     }
     registry.register("shedder_syns_seen", "New connections (bare SYNs) classified into each class", seen);
+    registry.register(
+        "shedder_syns_resent",
+        "Of the SYNs seen, those the fast path had dropped before and the client sent again",
+        resent,
+    );
     registry.register("shedder_syns", "New connections by class and outcome, from the fast path's counters", outcomes);
     registry.register("shedder_budget_rate", "Each class's budget: new connections (tokens) per second", rate);
     registry.register("shedder_budget_tokens", "Tokens left in each class's bucket", tokens);
@@ -250,6 +257,7 @@ pub fn render(daemon: &Daemon) -> Result<String, MetricsError> {
 /// Each tenant's counters and bucket.
 fn register_tenants(registry: &mut Registry, control: &crate::control_loop::ControlLoop) -> Result<(), MetricsError> {
     let outcomes = Family::<TenantOutcomeLabel, Counter>::default();
+    let resent = Family::<TenantLabel, Counter>::default();
     let (rate, burst) = (
         Family::<TenantLabel, Gauge<f64, AtomicU64>>::default(),
         Family::<TenantLabel, Gauge<f64, AtomicU64>>::default(),
@@ -260,6 +268,7 @@ fn register_tenants(registry: &mut Registry, control: &crate::control_loop::Cont
             outcomes.get_or_create(&TenantOutcomeLabel { tenant: snapshot.name.clone(), outcome }).inc_by(n);
         }
         let tenant = TenantLabel { tenant: snapshot.name.clone() };
+        resent.get_or_create(&tenant).inc_by(c.resent);
         rate.get_or_create(&tenant).set(snapshot.bucket.rate_milli as f64 / 1000.0);
         burst.get_or_create(&tenant).set(snapshot.bucket.burst_milli as f64 / 1000.0);
     }
@@ -268,6 +277,11 @@ fn register_tenants(registry: &mut Registry, control: &crate::control_loop::Cont
         "Charged new connections by tenant and outcome: admitted, refused by the tenant's bucket (over_tenant), \
          or by its class's (over_class)",
         outcomes,
+    );
+    registry.register(
+        "shedder_tenant_syns_resent",
+        "Of each tenant's charged new connections, the SYNs the fast path had dropped before, sent again",
+        resent,
     );
     registry.register(
         "shedder_tenant_rate",

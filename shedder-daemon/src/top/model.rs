@@ -29,7 +29,8 @@ pub struct Rates {
 /// The counters a rate is taken of, as `status` reports them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Counters {
-    seen: u64,
+    /// New connections asked for (SYNs seen, less resends of dropped ones).
+    asked: u64,
     admitted: u64,
     shed: u64,
     would_shed: u64,
@@ -38,13 +39,13 @@ struct Counters {
 impl Counters {
     fn of_class(class: &ClassStatus) -> Self {
         let c = &class.counters;
-        Self { seen: c.seen, admitted: c.admitted, shed: c.dropped + c.rejected, would_shed: c.would_shed }
+        Self { asked: c.first_attempts(), admitted: c.admitted, shed: c.dropped + c.rejected, would_shed: c.would_shed }
     }
 
     /// Rates from `earlier` to `self` over `secs`.
     fn rates_since(&self, earlier: &Self, secs: f64) -> Rates {
         Rates {
-            offered: per_s(self.seen, earlier.seen, secs),
+            offered: per_s(self.asked, earlier.asked, secs),
             admitted: per_s(self.admitted, earlier.admitted, secs),
             shed: per_s(self.shed, earlier.shed, secs),
             would_shed: per_s(self.would_shed, earlier.would_shed, secs),

@@ -5,20 +5,23 @@ use super::*;
 
 #[test]
 fn drop_action_drops_over_budget_syns() {
+    // Each its own connection (sequence number): the same SYN dropped twice
+    // would be a resend (`resend.rs`).
     let mut rows = Vec::new();
     for f in FAMILIES {
         let s = syn(f, Net::Outside);
         rows.extend([
-            dropped(format!("{f} SYN"), &s, "closed"),
-            dropped(format!("{f} VLAN SYN"), &s.clone().vlan(77), "closed"),
+            dropped(format!("{f} SYN"), &s.clone().seq(1), "closed"),
+            dropped(format!("{f} VLAN SYN"), &s.clone().seq(2).vlan(77), "closed"),
             dropped(
                 format!("{f} SYN with options and data"),
-                &s.clone().tcp_options(&SYN_OPTIONS).payload(b"x"),
+                &s.clone().seq(3).tcp_options(&SYN_OPTIONS).payload(b"x"),
                 "closed",
             ),
         ]);
     }
-    rows.push(dropped("v4 SYN with IPv4 options", &syn("v4", Net::Outside).ipv4_options(&IPV4_OPTIONS), "closed"));
+    let options = syn("v4", Net::Outside).seq(4).ipv4_options(&IPV4_OPTIONS);
+    rows.push(dropped("v4 SYN with IPv4 options", &options, "closed"));
     check_table(CLOSED, &rows);
 }
 

@@ -72,10 +72,16 @@ fn syns_behind_extension_headers_land_in_the_class_their_rules_pick() {
 
 #[test]
 fn syns_behind_extension_headers_are_charged_from_the_same_bucket() {
+    // Each its own connection (sequence number), then the first one again:
+    // a resend is told by its TCP header whatever headers precede it.
     let mut rows = Vec::new();
-    for (what, chain) in chains() {
-        rows.push(dropped(format!("SYN behind {what}"), &behind(syn("v6", Net::Outside), &chain), "closed"));
+    for (i, (what, chain)) in chains().into_iter().enumerate() {
+        let s = behind(syn("v6", Net::Outside).seq(i as u32), &chain);
+        rows.push(dropped(format!("SYN behind {what}"), &s, "closed"));
     }
+    rows.push(
+        dropped("the first SYN again, with no extension header", &syn("v6", Net::Outside).seq(0), "closed").resent(),
+    );
     check_table(CLOSED, &rows);
 
     // Five tokens, shared by plain SYNs and SYNs behind a header alike.

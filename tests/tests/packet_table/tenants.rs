@@ -42,6 +42,13 @@ fn rows(f: &str) -> Vec<Row> {
         would_shed(format!("{f}: acme empty in an observe class"), &acme(9200), "watch")
             .tenant("acme", Fit::OverTenant),
         admitted(format!("{f}: an off class charges no tenant"), &acme(9300), "idle"),
+        dropped(
+            format!("{f}: acme's SYN dropped into scarce, sent again: resent for acme and the class"),
+            &acme(9000),
+            "scarce",
+        )
+        .tenant("acme", Fit::OverTenant)
+        .resent(),
     ]
 }
 

@@ -52,6 +52,7 @@ impl DaemonView {
                     rejected: num("rejected"),
                     marked: num("marked"),
                     would_shed: num("would_shed"),
+                    resent: num("resent"),
                 };
                 let counts = DaemonCounts { counters, tokens: fields.get("tokens").unwrap_or(&"?").to_string() };
                 self.classes.insert(class.trim_matches('"').to_string(), counts);
