@@ -2,7 +2,9 @@
 //!
 //! A client whose SYN was dropped sends the same SYN again (same addresses,
 //! ports and initial sequence number) once its TCP's retransmission timer
-//! fires: on Linux 1 s later, then 2, 4, 8... s after that. Counted as new,
+//! fires: on Linux since 6.5 every second five times
+//! (`tcp_syn_linear_timeouts`), then 2, 4, 8... s apart; 1, 2, 4... s apart
+//! before. Counted as new,
 //! every resend reads as another connection asked for, so a class the fast
 //! path drops from looks busier the more it drops, and its demand (what the
 //! control plane shares capacity by) grows with its own shedding.

@@ -188,7 +188,7 @@ adaptive = { min_rate = 1, max_rate = 20 }
 fn a_class_whose_dropped_syns_come_back_shows_the_demand_of_its_clients_not_of_their_retries() {
     // Clients open 100 connections/s to `batch`, which admits 20. Run once
     // with each dropped SYN lost for good, once with the client's TCP sending
-    // it again 1 s later (as Linux does, though it then waits 2 s, 4 s...):
+    // it again every second (as Linux since 6.5 does, four or five times):
     // the demand the controller works from must be the same, 100 jobs/s of
     // 100 ms each.
     let mut runs = Vec::new();
