@@ -6,11 +6,12 @@
 mod memory_bed;
 
 use memory_bed::{daemon, scrape_metrics, syn};
-use shedder_common::verdict::Outcome::{Admitted, Rejected};
+use shedder_common::verdict::Outcome::{Admitted, Dropped, Rejected};
 use shedder_daemon::telemetry::samples::JobSample;
 
-/// `open` takes everything but port 8000, which `closed` refuses; every
-/// connection also belongs to the client's tenant.
+/// `open` takes everything but port 8000, which `closed` refuses with an
+/// RST, and port 7000, which `silent` drops; every connection also belongs
+/// to the client's tenant.
 const CONFIG: &str = r#"
 mode = "enforce"
 default_class = "open"
@@ -27,9 +28,19 @@ rate = 0
 burst = 1
 action = "reject"
 
+[[class]]
+name = "silent"
+rate = 0
+burst = 1
+action = "drop"
+
 [[rule]]
 class = "closed"
 dst_port = 8000
+
+[[rule]]
+class = "silent"
+dst_port = 7000
 
 [[tenant]]
 name = "lab"
@@ -46,9 +57,14 @@ const EXPECTED: &[Sample] = &[
     ("shedder_syns_total", &[("class", "closed"), ("outcome", "rejected")], 5.0),
     ("shedder_syns_seen_total", &[("class", "closed")], 5.0),
     ("shedder_syns_seen_total", &[("class", "open")], 7.0),
+    ("shedder_syns_total", &[("class", "silent"), ("outcome", "dropped")], 3.0),
+    // The one SYN to 7000, dropped, then sent twice more; an RST'd one sent again is new.
+    ("shedder_syns_resent_total", &[("class", "silent")], 2.0),
+    ("shedder_syns_resent_total", &[("class", "closed")], 0.0),
     ("shedder_tenant_syns_total", &[("tenant", "lab"), ("outcome", "admitted")], 7.0),
     ("shedder_tenant_syns_total", &[("tenant", "lab"), ("outcome", "over_tenant")], 0.0),
-    ("shedder_tenant_syns_total", &[("tenant", "lab"), ("outcome", "over_class")], 5.0),
+    ("shedder_tenant_syns_total", &[("tenant", "lab"), ("outcome", "over_class")], 8.0),
+    ("shedder_tenant_syns_resent_total", &[("tenant", "lab")], 2.0),
     ("shedder_tenant_rate", &[("tenant", "lab")], 1000.0),
     ("shedder_tenant_burst", &[("tenant", "lab")], 100.0),
     ("shedder_budget_rate", &[("class", "open")], 10000.0),
@@ -84,6 +100,9 @@ fn the_scrape_counts_what_the_fast_path_did_and_the_servers_pushed() {
     }
     for _ in 0..5 {
         assert_eq!(syn(&fastpath, 8000), Rejected);
+    }
+    for _ in 0..3 {
+        assert_eq!(syn(&fastpath, 7000), Dropped);
     }
     let retried =
         JobSample { class: "open".into(), queue_age_ms: 40.0, service_ms: 300.0, late_by_ms: None, attempt: 2 };
