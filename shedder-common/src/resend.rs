@@ -4,10 +4,10 @@
 //! ports and initial sequence number) once its TCP's retransmission timer
 //! fires: on Linux since 6.5 every second five times
 //! (`tcp_syn_linear_timeouts`), then 2, 4, 8... s apart; 1, 2, 4... s apart
-//! before. Counted as new,
-//! every resend reads as another connection asked for, so a class the fast
-//! path drops from looks busier the more it drops, and its demand (what the
-//! control plane shares capacity by) grows with its own shedding.
+//! before. Counted as new, every resend reads as another connection asked
+//! for, so a class the fast path drops from looks busier the more it drops,
+//! and its demand (what the control plane shares capacity by) grows with its
+//! own shedding.
 //!
 //! The fast path keeps a fingerprint of each SYN it drops in a small table
 //! per CPU, a slot picked by the fingerprint, and counts a SYN whose
