@@ -95,7 +95,9 @@ mod tests {
         // ports, or the sequence numbers a test picks, or both, from one
         // client or from a network of them. Each slot should get its share.
         let n = RESEND_SLOTS * 4;
-        let patterns: [(&str, fn(u32) -> ([u8; 4], u16, u32)); 4] = [
+        // The i-th SYN's source address, source port and sequence number.
+        type Syns = fn(u32) -> ([u8; 4], u16, u32);
+        let patterns: [(&str, Syns); 4] = [
             ("ports in steps", |i| (CLIENT, 32_768 + (i % 28_000) as u16, i / 28_000)),
             ("sequence numbers in steps", |i| (CLIENT, 40_000, i)),
             ("ten ports, small sequence numbers", |i| (CLIENT, 40_000 + (i % 10) as u16, i / 10)),
