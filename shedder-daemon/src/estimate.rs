@@ -26,7 +26,10 @@
 //!   Below `min_samples` a distribution reports the class's configured prior
 //!   and says so ([`Source::Prior`]); the controller never *cuts* on priors
 //!   alone (see [`crate::control`]). The default prior is all zeros, which
-//!   makes the slack positive: with no evidence, shedder sheds nothing.
+//!   makes the slack positive: with no evidence, shedder sheds nothing. The
+//!   service curve (what a job costs, and its chance) leans on a configured
+//!   prior only for the samples still missing, so that it moves smoothly as
+//!   a throttled class's count crosses `min_samples`.
 //! * **A version.** Every estimate carries the registry's `version`, bumped
 //!   whenever the parameters or any prior change, so a decision logged at
 //!   09:13:02 can be tied to the estimator configuration that produced it.
@@ -617,12 +620,17 @@ impl Estimators {
         let service_curve = match (measured_curve(&service), service_recent.as_ref().and_then(measured_curve)) {
             (Some(window), Some(recent)) => window.upper(&recent, recent_jobs),
             (Some(window), None) => window,
-            // Too few samples for quantiles to mean much. A configured prior
-            // is the better guess; without one, a few real samples still
-            // beat "no cost at all" (a class throttled to a trickle must
-            // not look free and be let in wholesale).
-            (None, _) if state.prior.service_p95_ms > 0.0 => prior_curve(),
-            (None, _) => ServiceCurve::of_sketch(&service).unwrap_or_else(prior_curve),
+            // Too few samples for quantiles to mean much alone. A configured
+            // prior fills in for the jobs still missing; without one, a few
+            // real samples still beat "no cost at all" (a class throttled to
+            // a trickle must not look free and be let in wholesale).
+            (None, _) => match ServiceCurve::of_sketch(&service) {
+                Some(few) if state.prior.service_p95_ms > 0.0 => {
+                    few.lean_on(&prior_curve(), service.count() as u64, p.min_samples)
+                }
+                Some(few) => few,
+                None => prior_curve(),
+            },
         };
 
         let fresh = |at: u64| {
@@ -763,6 +771,26 @@ mod tests {
         let e = est.estimate("interactive", at(500)).unwrap();
         assert_eq!(e.service.source, Source::Window);
         assert!((e.service.quantiles.p95 - 50.0).abs() < 1.0);
+    }
+
+    #[test]
+    fn a_class_crossing_min_samples_keeps_a_steady_cost() {
+        // A class throttled to about `min_samples` jobs a window: its cost
+        // (the curve's mean) must not jump between the prior's and its own
+        // as one job comes or goes.
+        let prior = ClassPrior { service_p95_ms: 1_500.0, ..ClassPrior::default() };
+        let params = EstimatorParams { min_samples: 20, ..EstimatorParams::default() };
+        let mut est = one_class(params, prior);
+        let mut means = vec![est.estimate("interactive", at(0)).unwrap().service_curve.mean_ms];
+        for i in 0..25 {
+            est.observe_one(at(i * 10), "interactive", &service(200.0)).unwrap();
+            means.push(est.estimate("interactive", at(300)).unwrap().service_curve.mean_ms);
+        }
+        assert!((means[0] - 1_500.0).abs() < 1e-6, "no jobs: the prior");
+        assert!((means[25] - 200.0).abs() < 2.0, "enough jobs: their own mean");
+        // Each job moves the cost by its share of the gap, never more.
+        let largest_step = means.windows(2).map(|w| (w[1] - w[0]).abs()).fold(0.0, f64::max);
+        assert!(largest_step <= (1_500.0 - 200.0) / 20.0 + 2.0, "steps up to {largest_step} ms: {means:?}");
     }
 
     #[test]

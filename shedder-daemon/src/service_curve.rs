@@ -83,6 +83,24 @@ impl ServiceCurve {
         ServiceCurve { quantiles, mean_ms: if shifted { recent.mean_ms } else { self.mean_ms } }
     }
 
+    /// A curve measured from `samples` jobs, fewer than `min_samples`, leaned
+    /// on `prior` for the rest: percent by percent (and so in its mean) the
+    /// weighted average of the two, the measured curve weighing
+    /// `samples / min_samples`. The prior counts as the jobs still missing.
+    ///
+    /// A hard switch at `min_samples` made a class's cost jump between its
+    /// measured mean and its prior's as the count crossed the line: a class
+    /// held to a trickle, with its window's jobs around `min_samples`,
+    /// flipped between two budgets from tick to tick, and a cautious prior
+    /// (a point mass at its p95) halved the budget exactly when the class
+    /// had been cut and needed its completions to show what it costs.
+    pub fn lean_on(&self, prior: &ServiceCurve, samples: u64, min_samples: u64) -> ServiceCurve {
+        let w = (samples as f64 / min_samples.max(1) as f64).min(1.0);
+        let mix = |measured: f64, guessed: f64| w * measured + (1.0 - w) * guessed;
+        let quantiles = self.quantiles.iter().zip(&prior.quantiles).map(|(a, b)| mix(*a, *b)).collect();
+        ServiceCurve { quantiles, mean_ms: mix(self.mean_ms, prior.mean_ms) }
+    }
+
     /// `E[service²]`, ms², from the table: each percent of jobs at its
     /// quantile (the mean-square of a distribution read at its quantiles).
     pub fn second_moment_ms2(&self) -> f64 {
@@ -219,6 +237,21 @@ mod tests {
         assert_eq!(u.quantile(0.5), 150.0_f64.max(fast.quantile(0.5)));
         assert!(close(u.quantile(0.95), 300.0, 1e-6));
         assert!(u.p_within(200.0) <= fast.p_within(200.0).min(slow.p_within(200.0)) + 1e-12);
+    }
+
+    #[test]
+    fn a_few_samples_lean_on_the_prior_for_the_jobs_missing() {
+        let measured = ServiceCurve::lognormal(Some(100.0), 300.0);
+        let prior = ServiceCurve::lognormal(None, 1_000.0);
+        // (samples of 20 needed, the measured curve's weight)
+        for (samples, weight) in [(0, 0.0), (5, 0.25), (19, 0.95), (20, 1.0), (500, 1.0)] {
+            let c = measured.lean_on(&prior, samples, 20);
+            let expect = |m: f64, p: f64| weight * m + (1.0 - weight) * p;
+            assert!(close(c.mean_ms, expect(measured.mean_ms, 1_000.0), 1e-9), "{samples}: {}", c.mean_ms);
+            for q in [0.01, 0.5, 0.95, 0.99] {
+                assert!(close(c.quantile(q), expect(measured.quantile(q), 1_000.0), 1e-9), "{samples} q{q}");
+            }
+        }
     }
 
     #[test]
