@@ -78,6 +78,7 @@ pub mod ahead;
 mod allocate;
 pub mod capacity;
 pub mod decision;
+mod feed;
 pub mod gate;
 pub mod hold;
 mod law;
@@ -933,6 +934,15 @@ impl Controller {
                             Backend::Full if backlogged => 0.0,
                             Backend::Starved if refusing => state.probe.max(state.published) * PROBE_STEP,
                             _ => state.probe,
+                        };
+                        // A queue that `admit` trims at start to the jobs
+                        // that can still make it needs feeding faster.
+                        let trimmed = self.starts.asked_at_start() && rate_of(input.wasted, name) > 0.0;
+                        let headroom = if trimmed && headroom > 0.0 {
+                            let jobs = share * 1000.0 / s.mean_service_ms.max(1e-9);
+                            feed::headroom(headroom, jobs, s.deadline_ms - s.safety_ms - s.service_term_ms)
+                        } else {
+                            headroom
                         };
                         let mut target = if allotted {
                             words.push(format!(

@@ -618,3 +618,53 @@ fn lower_tiers_leave_workers_free_for_the_tiers_above_with_work() {
     }
     assert_eq!(reserve(&c, "sheddable"), None, "no higher tier with work: no reserve");
 }
+
+#[test]
+fn a_queue_trimmed_at_start_is_fed_for_the_room_its_jobs_have() {
+    // Eight workers, overloaded, jobs of mean 167 ms (48/s finished), p94
+    // about 375 ms, a 50 ms margin. `admit` refuses at start the jobs that
+    // waited past their room, so the queue holds about one room's arrivals:
+    // the shorter the room, the more the budget runs over what the
+    // allotment finishes. Asked only on arrival, or refusing nothing, the
+    // queue is not trimmed that way: the base headroom.
+    // (deadline ms; asked at start; refusing; headroom in the decision)
+    let rows = [
+        (3_000.0, true, true, "+25% headroom"), // a room of 2.6 s, 120 jobs: the base
+        (900.0, true, true, "+42% headroom"),   // 470 ms, 23 jobs: 2/√23
+        (900.0, false, true, "+25% headroom"),  // asked on arrival
+        (900.0, true, false, "+25% headroom"),  // nothing refused
+        (650.0, true, true, "+60% headroom"),   // 230 ms, 11 jobs
+        (400.0, true, true, "+100% headroom"),  // a job or two: at most twice
+    ];
+    for (deadline_ms, at_start, refusing, headroom) in rows {
+        let params = ControlParams { workers: Some(8.0), ..ControlParams::default() };
+        let mut policy = adaptive(1.0, 400.0, false);
+        policy.deadline_ms = deadline_ms;
+        policy.safety_ms = Some(50.0);
+        let mut c = Controller::new(params, BTreeMap::from([("chat".to_string(), policy)])).unwrap();
+        let est = BTreeMap::from([("chat".to_string(), estimate("chat", 150.0, 400.0))]);
+        let offered = BTreeMap::from([("chat".to_string(), 100.0)]);
+        let wasted = BTreeMap::from([("chat".to_string(), if refusing { 5.0 } else { 0.0 })]);
+        let starts = if at_start { vec![7.0; 8] } else { Vec::new() };
+        let mut last = Vec::new();
+        for t in 1..=3 {
+            let inputs = TickInputs {
+                estimates: &est,
+                gpu: &[],
+                admitted: &offered,
+                offered: &offered,
+                wasted: &wasted,
+                starts: &starts,
+            };
+            let d = c.tick(ms(t * 100), &inputs);
+            if !d.is_empty() {
+                last = d;
+            }
+        }
+        let reason = &last.last().expect("a limited class").reason;
+        assert!(
+            reason.contains(headroom),
+            "deadline {deadline_ms}, at start {at_start}, refusing {refusing}: {reason}"
+        );
+    }
+}
