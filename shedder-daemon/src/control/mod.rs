@@ -27,7 +27,8 @@
 //!   within a tier. When demand exceeds what is available and overload is
 //!   in evidence (a backlog, or a law that has cut), a class's budget is the
 //!   rate its allotment can serve, `allotment / mean service`, plus
-//!   `headroom` (25%); a class whose allotment covers its demand is not
+//!   `headroom` (25%; more for a queue that `admit` trims at start to a short
+//!   room, [`feed`]); a class whose allotment covers its demand is not
 //!   limited.
 //! * **Admission from the distribution** ([`slack`], [`crate::admit`]): a job
 //!   is worth a worker while its chance of finishing in time,
