@@ -159,8 +159,9 @@ pub struct ControlParams {
     /// chance it would have on an idle backend (see [`slack`]).
     #[serde(default = "d_admit_confidence")]
     pub admit_confidence: f64,
-    /// Budgets are set this fraction above what a class's allocation can
-    /// finish, so arrivals' randomness does not waste capacity.
+    /// Budgets are set at least this fraction above what a class's
+    /// allocation can finish, so arrivals' randomness does not waste
+    /// capacity (more for a queue that `admit` trims at start: [`feed`]).
     #[serde(default = "d_headroom")]
     pub headroom: f64,
     /// The derived safety margin never exceeds this fraction of the deadline.
