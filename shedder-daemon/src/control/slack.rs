@@ -129,14 +129,15 @@ impl Slack {
         }
     }
 
-    /// The service term in words, e.g. `service p95 1800 ms (prior)`.
+    /// The service term in words, e.g. `service p95 1800 ms (prior)`, or
+    /// `(prior, 12 jobs measured)` while a few jobs carry part of the curve.
     pub fn service_term_words(&self) -> String {
-        format!(
-            "service p{:.0} {:.0} ms{}",
-            self.threshold * 100.0,
-            self.service_term_ms,
-            prior_mark(self.service_source)
-        )
+        let source = match (self.service_source, self.service_samples) {
+            (Source::Window, _) => String::new(),
+            (Source::Prior, 0) => " (prior)".into(),
+            (Source::Prior, n) => format!(" (prior, {n} jobs measured)"),
+        };
+        format!("service p{:.0} {:.0} ms{source}", self.threshold * 100.0, self.service_term_ms)
     }
 
     /// The margin in words, e.g. `safety 104 ms (derived)`, or
@@ -168,10 +169,6 @@ impl Stale {
         let names = [(self.frozen_gauges, "frozen_gauges"), (self.old_scrape, "old_scrape")];
         names.iter().filter(|(on, _)| *on).map(|(_, n)| *n).collect::<Vec<_>>().join(", ")
     }
-}
-
-fn prior_mark(source: Source) -> &'static str {
-    if source == Source::Prior { " (prior)" } else { "" }
 }
 
 /// The slack of `policy`'s class under `estimate`. A class without an

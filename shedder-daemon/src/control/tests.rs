@@ -267,15 +267,21 @@ fn priors_and_predicted_waits_show_in_the_reason() {
     let mut c = three_classes();
     let mut e = estimate("interactive", 100.0, 1_800.0);
     e.service.source = Source::Prior;
+    e.service.samples = 0;
     e.service_recent.source = Source::Prior;
     e.queue_depth = Some(Gauge { value: 30, age_ms: 50 });
     e.drain_rate_per_s = Some(10.0);
-    let est = BTreeMap::from([("interactive".to_string(), e)]);
+    let est = BTreeMap::from([("interactive".to_string(), e.clone())]);
     tick(&mut c, ms(0), &est, &[], &admitted(30.0));
     let s = c.last_slacks()["interactive"];
     assert!(s.from_prior());
     assert_eq!(s.queue_term_words(), "predicted wait 3000 ms (depth 30 / drain 10.0/s; queue_age_p95 100 ms)");
     assert!(s.service_term_words().ends_with("ms (prior)"), "{}", s.service_term_words());
+    // A few jobs measured carry their share of the curve, and say so.
+    e.service.samples = 12;
+    tick(&mut c, ms(100), &BTreeMap::from([("interactive".to_string(), e)]), &[], &admitted(30.0));
+    let words = c.last_slacks()["interactive"].service_term_words();
+    assert!(words.ends_with("ms (prior, 12 jobs measured)"), "{words}");
 }
 
 #[derive(Clone, Default)]
