@@ -937,11 +937,12 @@ impl Controller {
                             Backend::Starved if refusing => state.probe.max(state.published) * PROBE_STEP,
                             _ => state.probe,
                         };
+                        // The jobs/s the allotment finishes.
+                        let jobs = share * 1000.0 / s.mean_service_ms.max(1e-9);
                         // A queue that `admit` trims at start to the jobs
                         // that can still make it needs feeding faster.
                         let trimmed = self.starts.asked_at_start() && rate_of(input.wasted, name) > 0.0;
                         let headroom = if trimmed && headroom > 0.0 {
-                            let jobs = share * 1000.0 / s.mean_service_ms.max(1e-9);
                             feed::headroom(headroom, jobs, s.deadline_ms - s.safety_ms - s.service_term_ms)
                         } else {
                             headroom
@@ -949,14 +950,13 @@ impl Controller {
                         let mut target = if allotted {
                             words.push(format!(
                                 "demand {demand:.2} > available {admission:.2} worker-s/s: {} class, weight {}, \
-                                 allotted {share:.2} worker-s/s = {:.2} jobs/s at mean service {:.0} ms, +{:.0}% headroom",
+                                 allotted {share:.2} worker-s/s = {jobs:.2} jobs/s at mean service {:.0} ms, +{:.0}% headroom",
                                 policy.tier.as_str(),
                                 policy.weight,
-                                share * 1000.0 / s.mean_service_ms.max(1e-9),
                                 s.mean_service_ms,
                                 headroom * 100.0
                             ));
-                            let model = share * 1000.0 / s.mean_service_ms.max(1e-9) * (1.0 + headroom);
+                            let model = jobs * (1.0 + headroom);
                             if state.probe > model {
                                 words.push(format!(
                                     "raised to {:.2} jobs/s: workers were free under it (the mean lags)",
