@@ -59,6 +59,7 @@ pub struct ControlLoop {
     admitted: CounterRates,
     offered: CounterRates,
     wasted: CounterRates,
+    trimmed: CounterRates,
     admissions: AdmissionLedger,
     last_tick: Option<Duration>,
     decisions: DecisionLog,
@@ -83,6 +84,7 @@ impl ControlLoop {
             admitted: CounterRates::default(),
             offered: CounterRates::default(),
             wasted: CounterRates::default(),
+            trimmed: CounterRates::default(),
             admissions: AdmissionLedger::default(),
             last_tick: None,
             decisions: DecisionLog::new(DECISIONS_KEPT),
@@ -183,6 +185,7 @@ impl ControlLoop {
         let offered =
             self.offered.update(now, snapshots.iter().map(|s| (s.name.clone(), s.counters.first_attempts())).collect());
         let wasted = self.wasted.update(now, self.admissions.refused());
+        let trimmed = self.trimmed.update(now, self.admissions.refused_at_start());
         self.admissions.decay(self.last_tick.map_or(0.0, |t| now.saturating_sub(t).as_secs_f64()));
         self.last_tick = Some(now);
         let estimates = self.estimators.estimate_all(now);
@@ -193,6 +196,7 @@ impl ControlLoop {
             admitted: &admitted,
             offered: &offered,
             wasted: &wasted,
+            trimmed: &trimmed,
             starts: &starts,
         };
         let decisions = self.controller.tick(now, &inputs);

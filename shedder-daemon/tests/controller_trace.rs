@@ -76,6 +76,7 @@ fn an_injected_tail_is_cut_within_a_second_and_recovers_after_removal() {
             admitted: &admitted,
             offered: &offered,
             wasted: &BTreeMap::new(),
+            trimmed: &BTreeMap::new(),
             starts: &[],
         };
         let decisions = controller.tick(now, &inputs);

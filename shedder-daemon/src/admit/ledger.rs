@@ -23,6 +23,9 @@ pub const RETRY_SHARE_TIME_CONSTANT_S: f64 = 10.0;
 struct ClassLedger {
     /// Refusals since the daemon started.
     refused: u64,
+    /// Of those, the jobs refused as they started: each one trimmed from
+    /// the server's queue rather than kept out of it.
+    refused_at_start: u64,
     /// Admissions guarded by the sanity guard since the start.
     guarded: u64,
     /// Decayed counts of admitted first attempts and of retries/hedges.
@@ -76,7 +79,10 @@ impl AdmissionLedger {
         match decision.verdict {
             Verdict::Admit if repeat => c.repeat += 1.0,
             Verdict::Admit => c.first += 1.0,
-            _ => c.refused += 1,
+            _ => {
+                c.refused += 1;
+                c.refused_at_start += u64::from(asked == Asked::AtStart);
+            }
         }
         c.guarded += u64::from(decision.guarded);
         drop(classes);
@@ -125,14 +131,23 @@ impl AdmissionLedger {
         }
     }
 
+    fn counts(&self, count: impl Fn(&ClassLedger) -> u64) -> BTreeMap<String, u64> {
+        self.classes().iter().map(|(k, c)| (k.clone(), count(c))).collect()
+    }
+
     /// Refusals per class since the start (for rates and `/metrics`).
     pub fn refused(&self) -> BTreeMap<String, u64> {
-        self.classes().iter().map(|(k, c)| (k.clone(), c.refused)).collect()
+        self.counts(|c| c.refused)
+    }
+
+    /// Refusals per class since the start of jobs asked about as they started.
+    pub fn refused_at_start(&self) -> BTreeMap<String, u64> {
+        self.counts(|c| c.refused_at_start)
     }
 
     /// Sanity-guarded admissions per class since the start.
     pub fn guarded(&self) -> BTreeMap<String, u64> {
-        self.classes().iter().map(|(k, c)| (k.clone(), c.guarded)).collect()
+        self.counts(|c| c.guarded)
     }
 }
 
@@ -164,7 +179,7 @@ mod tests {
         l.record("chat", &decision(Verdict::RejectDeadline, false), false, Asked::AtStart);
         l.record("chat", &decision(Verdict::RejectBudget, false), true, Asked::AtStart);
         assert!((l.retry_share("chat") - 0.1).abs() < 1e-12);
-        assert_eq!(l.refused()["chat"], 2);
+        assert_eq!((l.refused()["chat"], l.refused_at_start()["chat"]), (2, 2));
         assert_eq!(l.guarded()["chat"], 1);
         assert_eq!(l.take_refused_waits(), vec![("chat".to_string(), 0.0), ("chat".to_string(), 0.0)]);
         assert!(l.take_refused_waits().is_empty());
@@ -180,6 +195,7 @@ mod tests {
         l.record("chat", &decision(Verdict::RejectDeadline, false), false, Asked::OnArrival);
         assert!((l.retry_share("chat") - 0.1).abs() < 1e-12);
         assert_eq!((l.refused()["chat"], l.guarded()["chat"]), (3, 1));
+        assert_eq!(l.refused_at_start()["chat"], 2, "refused on arrival, not trimmed from a queue");
         assert!(l.take_refused_waits().is_empty());
         // A held job is still queued: neither an admission nor a refusal.
         l.record("chat", &decision(Verdict::Hold, false), false, Asked::AtStart);

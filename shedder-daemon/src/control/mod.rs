@@ -545,6 +545,10 @@ pub struct TickInputs<'a> {
     /// Jobs/s that passed the fast path and were then refused by job-level
     /// admission: work the fast path should have refused for nanoseconds.
     pub wasted: &'a BTreeMap<String, f64>,
+    /// Of those, the jobs/s refused as they started (asked at start): taken
+    /// out of the server's queue, which then holds only jobs that can still
+    /// make their deadline.
+    pub trimmed: &'a BTreeMap<String, f64>,
     /// Jobs the server said it had in service as each job started since the
     /// last tick, oldest first (the one starting not counted): `admit`'s
     /// `running`, asked at start. Empty when no start said.
@@ -941,7 +945,7 @@ impl Controller {
                         let jobs = share * 1000.0 / s.mean_service_ms.max(1e-9);
                         // A queue that `admit` trims at start to the jobs
                         // that can still make it needs feeding faster.
-                        let trimmed = self.starts.asked_at_start() && rate_of(input.wasted, name) > 0.0;
+                        let trimmed = rate_of(input.trimmed, name) > 0.0;
                         let headroom = if trimmed && headroom > 0.0 {
                             feed::headroom(headroom, jobs, s.deadline_ms - s.safety_ms - s.service_term_ms)
                         } else {

@@ -46,13 +46,6 @@ impl StartLog {
         }
     }
 
-    /// The server asks `admit` as its jobs start (and says how full it is):
-    /// then a job that waited past its chance is refused at start, and the
-    /// queue holds only jobs young enough to make it.
-    pub fn asked_at_start(&self) -> bool {
-        !self.running.is_empty()
-    }
-
     /// What the recent starts say of a backend of `capacity` workers, with
     /// `kept` of them held for higher tiers.
     pub fn backend(&self, capacity: f64, kept: f64) -> Backend {

@@ -33,7 +33,15 @@ fn tick(
     gpu: &[GpuReading],
     admitted: &BTreeMap<String, f64>,
 ) -> Vec<Decision> {
-    let inputs = TickInputs { estimates, gpu, admitted, offered: admitted, wasted: &BTreeMap::new(), starts: &[] };
+    let inputs = TickInputs {
+        estimates,
+        gpu,
+        admitted,
+        offered: admitted,
+        wasted: &BTreeMap::new(),
+        trimmed: &BTreeMap::new(),
+        starts: &[],
+    };
     c.tick(at, &inputs)
 }
 
@@ -481,6 +489,7 @@ fn a_budget_that_starves_the_backend_is_raised_until_the_workers_fill() {
             admitted: &admitted,
             offered: &offered,
             wasted: &BTreeMap::new(),
+            trimmed: &BTreeMap::new(),
             starts,
         };
         c.tick(ms(at), &inputs)
@@ -631,18 +640,19 @@ fn a_queue_trimmed_at_start_is_fed_for_the_room_its_jobs_have() {
     // about 375 ms, a 50 ms margin. `admit` refuses at start the jobs that
     // waited past their room, so the queue holds about one room's arrivals:
     // the shorter the room, the more the budget runs over what the
-    // allotment finishes. Asked only on arrival, or refusing nothing, the
-    // queue is not trimmed that way: the base headroom.
-    // (deadline ms; asked at start; refusing; headroom in the decision)
+    // allotment finishes. Refused only on arrival (kept out of the queue,
+    // not trimmed from it), or refusing nothing: the base headroom.
+    // (deadline ms; refused/s on arrival; refused/s at start; headroom in the decision)
     let rows = [
-        (3_000.0, true, true, "+25% headroom"), // a room of 2.6 s, 120 jobs: the base
-        (900.0, true, true, "+42% headroom"),   // 470 ms, 23 jobs: 2/√23
-        (900.0, false, true, "+25% headroom"),  // asked on arrival
-        (900.0, true, false, "+25% headroom"),  // nothing refused
-        (650.0, true, true, "+60% headroom"),   // 230 ms, 11 jobs
-        (400.0, true, true, "+100% headroom"),  // a job or two: at most twice
+        (3_000.0, 0.0, 5.0, "+25% headroom"), // a room of 2.6 s, 120 jobs: the base
+        (900.0, 0.0, 5.0, "+42% headroom"),   // 470 ms, 23 jobs: 2/√23
+        (900.0, 5.0, 0.0, "+25% headroom"),   // refused on arrival only
+        (900.0, 5.0, 1.0, "+42% headroom"),   // on arrival, and some at start
+        (900.0, 0.0, 0.0, "+25% headroom"),   // nothing refused
+        (650.0, 0.0, 5.0, "+60% headroom"),   // 230 ms, 11 jobs
+        (400.0, 0.0, 5.0, "+100% headroom"),  // a job or two: at most twice
     ];
-    for (deadline_ms, at_start, refusing, headroom) in rows {
+    for (deadline_ms, on_arrival, at_start, headroom) in rows {
         let params = ControlParams { workers: Some(8.0), ..ControlParams::default() };
         let mut policy = adaptive(1.0, 400.0, false);
         policy.deadline_ms = deadline_ms;
@@ -650,8 +660,8 @@ fn a_queue_trimmed_at_start_is_fed_for_the_room_its_jobs_have() {
         let mut c = Controller::new(params, BTreeMap::from([("chat".to_string(), policy)])).unwrap();
         let est = BTreeMap::from([("chat".to_string(), estimate("chat", 150.0, 400.0))]);
         let offered = BTreeMap::from([("chat".to_string(), 100.0)]);
-        let wasted = BTreeMap::from([("chat".to_string(), if refusing { 5.0 } else { 0.0 })]);
-        let starts = if at_start { vec![7.0; 8] } else { Vec::new() };
+        let wasted = BTreeMap::from([("chat".to_string(), on_arrival + at_start)]);
+        let trimmed = BTreeMap::from([("chat".to_string(), at_start)]);
         let mut last = Vec::new();
         for t in 1..=3 {
             let inputs = TickInputs {
@@ -660,7 +670,8 @@ fn a_queue_trimmed_at_start_is_fed_for_the_room_its_jobs_have() {
                 admitted: &offered,
                 offered: &offered,
                 wasted: &wasted,
-                starts: &starts,
+                trimmed: &trimmed,
+                starts: &[7.0; 8],
             };
             let d = c.tick(ms(t * 100), &inputs);
             if !d.is_empty() {
@@ -670,7 +681,7 @@ fn a_queue_trimmed_at_start_is_fed_for_the_room_its_jobs_have() {
         let reason = &last.last().expect("a limited class").reason;
         assert!(
             reason.contains(headroom),
-            "deadline {deadline_ms}, at start {at_start}, refusing {refusing}: {reason}"
+            "deadline {deadline_ms}, refused on arrival {on_arrival}/s, at start {at_start}/s: {reason}"
         );
     }
 }

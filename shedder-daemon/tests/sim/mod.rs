@@ -245,10 +245,12 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
     let mut pending: Vec<(usize, Observation)> = Vec::new();
     // Jobs in service as each job started since the last tick (`admit`'s `running`).
     let mut starts: Vec<f64> = Vec::new();
-    // Per class, the times of the last second's arrivals, admissions and refusals.
+    // Per class, the times of the last second's arrivals, admissions and
+    // refusals (all of them, and those at start).
     let mut seen: Vec<VecDeque<f64>> = vec![VecDeque::new(); n];
     let mut passed: Vec<VecDeque<f64>> = vec![VecDeque::new(); n];
     let mut wasted: Vec<VecDeque<f64>> = vec![VecDeque::new(); n];
+    let mut trimmed: Vec<VecDeque<f64>> = vec![VecDeque::new(); n];
     let mut decisions = Vec::new();
     let mut next = 0;
     let end_ms = (w.duration_s * 1000.0) as u64;
@@ -366,6 +368,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         // As the daemon does: a refused job's wait is a queue-age sample too.
                         pending.push((job.class, Observation::QueueAge { ms: t - job.arrival_ms, count: 1 }));
                         wasted[job.class].push_back(t);
+                        trimmed[job.class].push_back(t);
                         if counted(job.arrival_ms) {
                             outcomes[job.class].refused += 1;
                         }
@@ -395,7 +398,8 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                 })
                 .collect()
         };
-        let (offered, admitted, refused) = (rates(&mut seen), rates(&mut passed), rates(&mut wasted));
+        let (offered, admitted) = (rates(&mut seen), rates(&mut passed));
+        let (refused, refused_at_start) = (rates(&mut wasted), rates(&mut trimmed));
         let estimates = estimators.estimate_all(at);
         let inputs = TickInputs {
             estimates: &estimates,
@@ -403,6 +407,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
             admitted: &admitted,
             offered: &offered,
             wasted: &refused,
+            trimmed: &refused_at_start,
             starts: &std::mem::take(&mut starts),
         };
         let made = controller.tick(at, &inputs);
