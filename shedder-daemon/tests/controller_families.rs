@@ -321,8 +321,8 @@ fn a_gateway_that_asks_only_on_arrival_predicts_the_wait() {
     // `admit` once, as a job arrives. Told the jobs waiting ahead (the
     // server's queue-depth gauge), the daemon predicts the job's wait from
     // them. Measured (seeds 1-4 summed): 94% of the bound on the reference
-    // tail (9.3% late), 106% in the flash crowd, 93% at twice capacity;
-    // without the queue 15%, 41% and 67%: a job's age at arrival says
+    // tail (9.3% late), 106% in the flash crowd, 97% at twice capacity;
+    // without the queue 15%, 41% and 70%: a job's age at arrival says
     // nothing of its wait.
     // (workload, judged from, to)
     let families = [

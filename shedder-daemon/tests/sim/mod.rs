@@ -61,6 +61,18 @@ pub struct Workload {
     pub workers_known: bool,
 }
 
+impl Workload {
+    /// Where a window asked to end at `to_s` ends: no later than one
+    /// longest deadline before the run does, so that every job counted had
+    /// its whole deadline to finish in. Counted to the run's end, the jobs
+    /// still queued then would read as failures, and a policy that keeps a
+    /// queue its jobs can wait in would be charged for the run stopping.
+    fn judged_until(&self, to_s: f64) -> f64 {
+        let longest_s = self.classes.iter().map(|c| c.deadline_ms).fold(0.0, f64::max) / 1000.0;
+        to_s.min(self.duration_s - longest_s)
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {
     /// Every job is admitted and served in FIFO order.
@@ -161,11 +173,13 @@ fn lognormal(rng: &mut SmallRng, p50: f64, p95: f64) -> f64 {
 }
 
 /// The service-blind, class-aware bound on on-time completions of jobs
-/// arriving in `[from_s, to_s)`, window by window (10 s): a job whose
+/// arriving in `[from_s, to_s)` (ending as [`Workload::judged_until`] says),
+/// window by window (10 s): a job whose
 /// service exceeds its deadline never counts; the window's worker time goes
 /// first to the classes with the most on-time jobs per worker-second (or,
 /// with `tiers`, tier by tier first). Per class.
 pub fn blind_bound(w: &Workload, seed: u64, from_s: f64, to_s: f64, tiers: bool) -> Vec<f64> {
+    let to_s = w.judged_until(to_s);
     let jobs = plan(w, seed);
     let mut bound = vec![0.0; w.classes.len()];
     let window = 10.0;
@@ -203,7 +217,8 @@ pub fn blind_bound(w: &Workload, seed: u64, from_s: f64, to_s: f64, tiers: bool)
     bound
 }
 
-/// Runs a workload; outcomes count jobs arriving in `[from_s, to_s)`.
+/// Runs a workload; outcomes count jobs arriving in `[from_s, to_s)`, the
+/// window ending early enough for each to be judged ([`Workload::judged_until`]).
 pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
     let jobs = plan(w, seed);
     let names: Vec<String> = w.classes.iter().map(|c| c.name.to_string()).collect();
@@ -233,6 +248,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
 
     let n = w.classes.len();
     let mut outcomes = vec![Outcomes::default(); n];
+    let to_s = w.judged_until(to_s);
     let counted = |t_ms: f64| (from_s * 1000.0..to_s * 1000.0).contains(&t_ms);
     let mut tokens: Vec<f64> = w.classes.iter().map(|c| c.max_rate).collect();
     let mut budgets: Vec<f64> = w.classes.iter().map(|c| c.max_rate).collect();
