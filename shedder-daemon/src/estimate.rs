@@ -15,6 +15,13 @@
 //!   numbers, current partial one included, so the window spans between
 //!   `window − slice` and `window` of history. Writing into a slot whose slice
 //!   number is old resets it: that is how stale data ages out, with no timer.
+//! * **A window long enough to hold its jobs.** Ten seconds of a class that
+//!   finishes a job every second or two (long generations on a few GPUs)
+//!   never hold `min_samples` of them, so its prior (or nothing) would stand
+//!   in for good. So the window widens past `window_ms`, a slice at a time,
+//!   until it holds `min_samples` service samples, up to `max_window_ms`
+//!   (2 min): a class busy enough to fill ten seconds keeps ten seconds; a
+//!   slow one is judged on its last `min_samples` jobs.
 //! * **Recent horizons.** Besides the window, queue age and service time are
 //!   also reported over the freshest horizon holding `min_samples`: the newest
 //!   `recent_slices` (2) slices, widened a slice at a time up to the window.
@@ -76,7 +83,8 @@ pub struct EstimatorParams {
     /// more smoothly and cost more per query.
     #[serde(default = "default_slices")]
     pub slices: u32,
-    /// Samples a distribution needs before its quantiles replace the prior.
+    /// Samples a distribution needs before its quantiles replace the prior
+    /// (and the window widens to hold this many, up to `max_window_ms`).
     #[serde(default = "default_min_samples")]
     pub min_samples: u64,
     /// Slices (the current partial one included) over which the drain rate and
@@ -85,6 +93,12 @@ pub struct EstimatorParams {
     /// only lag. The recent queue age widens past it until it has `min_samples`.
     #[serde(default = "default_recent_slices")]
     pub recent_slices: u32,
+    /// The most the window widens to, ms, to hold `min_samples` service
+    /// samples (in whole slices; never less than `window_ms`, which it equals
+    /// to never widen). Each class keeps this much history in memory, a
+    /// slice's sketches per `window_ms / slices`.
+    #[serde(default = "default_max_window_ms")]
+    pub max_window_ms: u64,
 }
 
 fn default_window_ms() -> u64 {
@@ -99,6 +113,13 @@ fn default_min_samples() -> u64 {
 fn default_recent_slices() -> u32 {
     2
 }
+fn default_max_window_ms() -> u64 {
+    120_000
+}
+
+/// The most slices the widest window may span (memory per class is bounded
+/// by this many slices' sketches).
+const MAX_RING_SLICES: u64 = 4_096;
 
 impl Default for EstimatorParams {
     fn default() -> Self {
@@ -107,6 +128,7 @@ impl Default for EstimatorParams {
             slices: default_slices(),
             min_samples: default_min_samples(),
             recent_slices: default_recent_slices(),
+            max_window_ms: default_max_window_ms(),
         }
     }
 }
@@ -114,6 +136,11 @@ impl Default for EstimatorParams {
 impl EstimatorParams {
     fn slice_ms(&self) -> u64 {
         self.window_ms / u64::from(self.slices)
+    }
+
+    /// Slices in the widest window: the ring's length.
+    fn ring_slices(&self) -> u64 {
+        self.max_window_ms.max(self.window_ms) / self.slice_ms()
     }
 
     /// Checks the parameters; the error names the field.
@@ -140,6 +167,14 @@ impl EstimatorParams {
             return Err(InvalidParams(format!(
                 "estimator.recent_slices: {} is outside 1..={} (slices)",
                 self.recent_slices, self.slices
+            )));
+        }
+        if self.ring_slices() > MAX_RING_SLICES {
+            return Err(InvalidParams(format!(
+                "estimator.max_window_ms: {} is {} slices of {} ms, more than {MAX_RING_SLICES}",
+                self.max_window_ms,
+                self.ring_slices(),
+                self.slice_ms()
             )));
         }
         Ok(())
@@ -299,6 +334,8 @@ pub struct ClassEstimate {
     pub class: String,
     pub at_ms: u64,
     pub estimator_version: u64,
+    /// The span the window covers, ms: `window_ms`, or wider for a class
+    /// whose last `min_samples` jobs took longer.
     pub window_ms: u64,
     pub queue_age: Distribution,
     /// Queue age over the freshest horizon that holds `min_samples`: the
@@ -384,10 +421,10 @@ struct ClassState {
 }
 
 impl ClassState {
-    fn new(prior: ClassPrior, slices: u32) -> Self {
+    fn new(prior: ClassPrior, ring_slices: u64) -> Self {
         ClassState {
             prior,
-            ring: (0..slices).map(|_| None).collect(),
+            ring: (0..ring_slices).map(|_| None).collect(),
             latest: 0,
             first_seen_ms: None,
             queue_depth: None,
@@ -433,7 +470,8 @@ impl Estimators {
         for (class, prior) in &priors {
             prior.validate(class)?;
         }
-        let classes = priors.into_iter().map(|(name, prior)| (name, ClassState::new(prior, params.slices))).collect();
+        let classes =
+            priors.into_iter().map(|(name, prior)| (name, ClassState::new(prior, params.ring_slices()))).collect();
         Ok(Estimators { params, classes, version: 1 })
     }
 
@@ -448,9 +486,9 @@ impl Estimators {
 
     /// Applies new parameters and priors all at once, or nothing if any is
     /// invalid. Returns whether anything changed (and so the version moved).
-    /// Classes that stay keep their data, unless the window or the slice
-    /// count changed: old slices would then mean other time spans, so every
-    /// ring restarts (and the priors cover the gap).
+    /// Classes that stay keep their data, unless the window, the slice
+    /// count or the widest window changed: old slices would then mean other
+    /// time spans, so every ring restarts (and the priors cover the gap).
     pub fn reconfigure(
         &mut self,
         params: EstimatorParams,
@@ -465,7 +503,9 @@ impl Estimators {
         if params == self.params && same_priors {
             return Ok(false);
         }
-        let reslice = params.window_ms != self.params.window_ms || params.slices != self.params.slices;
+        let reslice = params.window_ms != self.params.window_ms
+            || params.slices != self.params.slices
+            || params.max_window_ms != self.params.max_window_ms;
         let mut old = std::mem::take(&mut self.classes);
         for (name, prior) in priors {
             let state = match old.remove(&name) {
@@ -473,7 +513,7 @@ impl Estimators {
                     state.prior = prior;
                     state
                 }
-                _ => ClassState::new(prior, params.slices),
+                _ => ClassState::new(prior, params.ring_slices()),
             };
             self.classes.insert(name, state);
         }
@@ -554,8 +594,9 @@ impl Estimators {
         let current = (now_ms / slice_ms).max(state.latest);
         let n = u64::from(p.slices);
 
-        // Newest first, so the recent horizon can widen one slice at a time.
-        let mut slices: Vec<&Slice> = state.recent(current, n).collect();
+        // Newest first, so the recent horizon and the window can widen one
+        // slice at a time.
+        let mut slices: Vec<&Slice> = state.recent(current, p.ring_slices()).collect();
         slices.sort_by_key(|s| std::cmp::Reverse(s.number));
 
         let mut queue_age = new_sketch();
@@ -566,14 +607,23 @@ impl Estimators {
         let mut service_recent: Option<DDSketch> = None;
         let mut drain: Option<(u64, u64)> = None;
         let recent_slices = u64::from(p.recent_slices);
+        // Slices the window spans: `slices`, or more while it holds fewer
+        // than `min_samples` service samples.
+        let mut span = n;
         for slice in &slices {
+            let age = current - slice.number + 1;
+            if age > n {
+                if service.count() as u64 >= p.min_samples {
+                    break;
+                }
+                span = age;
+            }
             // Same config everywhere, so a merge cannot fail.
             queue_age.merge(&slice.queue_age).expect("slices share one sketch config");
             service.merge(&slice.service).expect("slices share one sketch config");
             late_by.merge(&slice.late_by).expect("slices share one sketch config");
             completions.on_time += slice.on_time;
             completions.late += slice.late;
-            let age = current - slice.number + 1;
             if recent.is_none() && age >= recent_slices && queue_age.count() as u64 >= p.min_samples {
                 recent = Some((queue_age.clone(), age));
             }
@@ -597,11 +647,12 @@ impl Estimators {
         let queue_age_window = distribution(&queue_age, state.prior.queue_age());
         let (queue_age_recent, recent_slices_used) = match &recent {
             Some((sketch, k)) => (distribution(sketch, state.prior.queue_age()), *k),
-            None => (queue_age_window, n),
+            None => (queue_age_window, span),
         };
+        let window_ms = span * slice_ms;
         // The horizon spans its full slices plus the current partial one.
         let queue_age_recent_ms =
-            (now_ms.saturating_sub((current + 1).saturating_sub(recent_slices_used) * slice_ms)).min(p.window_ms);
+            (now_ms.saturating_sub((current + 1).saturating_sub(recent_slices_used) * slice_ms)).min(window_ms);
 
         // Drain rate over its horizon: full slices plus the current partial
         // one, never reaching back before the first observation.
@@ -641,7 +692,7 @@ impl Estimators {
             class: class.to_string(),
             at_ms: now_ms,
             estimator_version: self.version,
-            window_ms: p.window_ms,
+            window_ms,
             queue_age: queue_age_window,
             queue_age_recent,
             queue_age_recent_ms,
@@ -795,9 +846,11 @@ mod tests {
 
     #[test]
     fn samples_age_out_after_the_window() {
-        // 10 s window of ten 1 s slices.
-        let mut est =
-            one_class(EstimatorParams { min_samples: 1, ..EstimatorParams::default() }, ClassPrior::default());
+        // 10 s window of ten 1 s slices, never widened.
+        let mut est = one_class(
+            EstimatorParams { min_samples: 1, max_window_ms: 10_000, ..EstimatorParams::default() },
+            ClassPrior::default(),
+        );
         est.observe_one(at(500), "interactive", &Observation::QueueAge { ms: 2_000.0, count: 50 }).unwrap();
         est.observe_one(at(5_500), "interactive", &Observation::QueueAge { ms: 10.0, count: 50 }).unwrap();
         // At 9.9 s both are in the window: the p95 is the old, high one.
@@ -892,7 +945,8 @@ mod tests {
 
     #[test]
     fn completions_gauges_and_drain_rate() {
-        let mut est = one_class(EstimatorParams::default(), ClassPrior::default());
+        let mut est =
+            one_class(EstimatorParams { max_window_ms: 10_000, ..EstimatorParams::default() }, ClassPrior::default());
         let c = "interactive";
         est.observe_one(at(0), c, &Observation::Completion { late_by_ms: None, count: 90 }).unwrap();
         est.observe_one(at(0), c, &Observation::Completion { late_by_ms: Some(400.0), count: 10 }).unwrap();
@@ -964,8 +1018,10 @@ mod tests {
         assert!((e.drain_rate_per_s.unwrap() - 30.0).abs() < 1e-9);
 
         // Thin traffic: 3 jobs/s. Two slices hold 6 samples, so the horizon
-        // widens until it holds min_samples (20): seven slices.
-        let mut est = one_class(EstimatorParams::default(), ClassPrior::default());
+        // widens until it holds min_samples (20): seven slices. (The window
+        // itself is not widened here.)
+        let mut est =
+            one_class(EstimatorParams { max_window_ms: 10_000, ..EstimatorParams::default() }, ClassPrior::default());
         for i in 0..30u64 {
             est.observe_one(at(i * 1000 / 3), c, &Observation::QueueAge { ms: i as f64, count: 1 }).unwrap();
         }
@@ -980,6 +1036,38 @@ mod tests {
     }
 
     #[test]
+    fn a_slow_class_widens_its_window_to_hold_min_samples() {
+        // (service samples a second, for 300 s; the window's span, s; samples in it)
+        let rows = [
+            (30.0, 10, 300), // busy: ten seconds hold 300
+            (1.0, 20, 20),   // a job a second: 20 s hold min_samples
+            (0.5, 40, 20),   // one every 2 s: 40 s
+            (0.1, 120, 12),  // slower still: at most two minutes
+        ];
+        for (rate, span_s, samples) in rows {
+            let mut est = one_class(EstimatorParams::default(), ClassPrior::default());
+            let jobs = (300.0 * rate) as u64;
+            for i in 0..jobs {
+                est.observe_one(at((i as f64 * 1000.0 / rate) as u64), "interactive", &service(100.0)).unwrap();
+            }
+            // At the end of the last sample's slice.
+            let e = est.estimate("interactive", at(299_999)).unwrap();
+            assert_eq!((e.window_ms, e.service.samples), (span_s * 1_000, samples), "{rate} jobs/s");
+            // Short of min_samples even so: the prior, as before.
+            let source = if samples >= 20 { Source::Window } else { Source::Prior };
+            assert_eq!(e.service.source, source, "{rate} jobs/s");
+        }
+        // Only the service samples widen it, and never past max_window_ms.
+        let p = EstimatorParams { max_window_ms: 30_000, ..EstimatorParams::default() };
+        let mut est = one_class(p, ClassPrior::default());
+        for i in 0..300u64 {
+            est.observe_one(at(i * 1_000), "interactive", &Observation::QueueAge { ms: 5.0, count: 1 }).unwrap();
+        }
+        let e = est.estimate("interactive", at(299_999)).unwrap();
+        assert_eq!((e.window_ms, e.queue_age.samples), (30_000, 30));
+    }
+
+    #[test]
     fn params_deserialize_strictly_with_defaults() {
         let p: EstimatorParams = toml::from_str("window_ms = 5000\nslices = 5").unwrap();
         assert_eq!(p, EstimatorParams { window_ms: 5_000, slices: 5, ..EstimatorParams::default() });
@@ -989,5 +1077,13 @@ mod tests {
         assert!(toml::from_str::<ClassPrior>("service_p96_ms = 1").is_err());
         assert!(EstimatorParams { window_ms: 10_001, ..EstimatorParams::default() }.validate().is_err());
         assert!(EstimatorParams { recent_slices: 11, ..EstimatorParams::default() }.validate().is_err());
+        // The widest window is counted in slices; a window wider than it
+        // is not an error (the window is never narrowed).
+        let wide = EstimatorParams { max_window_ms: 10_000_000, ..EstimatorParams::default() };
+        assert!(wide.validate().unwrap_err().0.starts_with("estimator.max_window_ms: 10000000 is 10000 slices"));
+        let odd = EstimatorParams { window_ms: 7_000, ..EstimatorParams::default() };
+        assert_eq!((odd.validate(), odd.ring_slices()), (Ok(()), 171));
+        let long = EstimatorParams { window_ms: 300_000, ..EstimatorParams::default() };
+        assert_eq!((long.validate(), long.ring_slices()), (Ok(()), 10));
     }
 }

@@ -92,9 +92,11 @@ pub fn daemon_config(scaled: &Workload, mode: DaemonMode, k: f64, scrape: Option
     root.insert("backend".into(), table([("workers", i64::from(scaled.worker_count).into())]).into());
     root.insert("rule".into(), Value::Array(rules.into_iter().map(Value::Table).collect()));
 
-    // The estimator's window must be a whole number of ms per slice (10 slices).
+    // The estimator's window must be a whole number of ms per slice (10
+    // slices); the widest it widens to is 2 minutes of the workload's time.
     let window_ms = ((10_000.0 * k / 10.0).round() as i64).max(10) * 10;
-    root.insert("estimator".into(), table([("window_ms", window_ms.into())]).into());
+    let estimator = table([("window_ms", window_ms.into()), ("max_window_ms", (12 * window_ms).into())]);
+    root.insert("estimator".into(), estimator.into());
     root.insert(
         "control".into(),
         table([
@@ -148,6 +150,8 @@ mod tests {
             assert_eq!(class.adaptive.as_ref().unwrap().max_rate, 60.0 / k);
             assert_eq!(config.control.tick_ms, (100.0 * k).round() as u64);
             assert_eq!(config.backend.workers, Some(8));
+            let estimator = &config.estimator;
+            assert_eq!(estimator.max_window_ms, 12 * estimator.window_ms, "two minutes of the workload at {k}");
         }
     }
 
