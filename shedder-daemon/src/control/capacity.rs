@@ -13,9 +13,12 @@
 //! [`LEARN_TIME_CONSTANT_S`]: one tick's reading of the work done is noisy),
 //! without a backlog it never stays below work seen done, and while
 //! admission is being limited with no backlog in sight (the figure is too
-//! low) it is probed upwards by [`PROBE_PER_S`] a second. Before any
-//! backlog it is what the classes' `max_rate`s would bring: no limit of its
-//! own.
+//! low) it is probed upwards by [`PROBE_PER_S`] a second. It is never below
+//! the workers seen busy at once as a job started (a server that asks
+//! `admit` at start says how many jobs it has in service): work done is
+//! noisy on a few workers (an idle moment reads as a smaller backend), a
+//! count of jobs in service is not. Before any backlog it is what the
+//! classes' `max_rate`s would bring: no limit of its own.
 
 use serde::Serialize;
 
@@ -86,11 +89,12 @@ impl CapacityModel {
         };
     }
 
-    /// The capacity to plan with, and where it came from.
-    pub fn capacity(&self, configured: Option<f64>, max_rates: f64) -> (f64, CapacitySource) {
+    /// The capacity to plan with, and where it came from; `seen`: the most
+    /// workers seen in use at once, which a learnt figure is never below.
+    pub fn capacity(&self, configured: Option<f64>, max_rates: f64, seen: Option<f64>) -> (f64, CapacitySource) {
         match (configured, self.learnt) {
             (Some(w), _) => (w, CapacitySource::Configured),
-            (None, Some(c)) => (c, CapacitySource::Learnt),
+            (None, Some(c)) => (c.max(seen.unwrap_or(0.0)), CapacitySource::Learnt),
             (None, None) => (max_rates, CapacitySource::MaxRates),
         }
     }
@@ -103,31 +107,36 @@ mod tests {
     #[test]
     fn capacity_is_configured_or_learnt_under_a_backlog() {
         let mut m = CapacityModel::default();
-        assert_eq!(m.capacity(Some(8.0), 20.0), (8.0, CapacitySource::Configured));
-        assert_eq!(m.capacity(None, 20.0), (20.0, CapacitySource::MaxRates));
+        assert_eq!(m.capacity(Some(8.0), 20.0, None), (8.0, CapacitySource::Configured));
+        assert_eq!(m.capacity(None, 20.0, None), (20.0, CapacitySource::MaxRates));
         // Idle work says nothing about the ceiling.
         m.update(3.0, false, false, 0.1);
-        assert_eq!(m.capacity(None, 20.0).1, CapacitySource::MaxRates);
+        assert_eq!(m.capacity(None, 20.0, None).1, CapacitySource::MaxRates);
         // A backlog: the work done is the capacity; a configured count still wins.
         m.update(7.0, true, false, 0.1);
-        assert_eq!(m.capacity(None, 20.0), (7.0, CapacitySource::Learnt));
-        assert_eq!(m.capacity(Some(8.0), 20.0), (8.0, CapacitySource::Configured));
+        assert_eq!(m.capacity(None, 20.0, None), (7.0, CapacitySource::Learnt));
+        assert_eq!(m.capacity(Some(8.0), 20.0, None), (8.0, CapacitySource::Configured));
         // It follows further backlogged readings with a 5 s time constant...
         for _ in 0..50 {
             m.update(7.5, true, false, 0.1);
         }
-        let (c, _) = m.capacity(None, 0.0);
+        let (c, _) = m.capacity(None, 0.0, None);
         assert!((c - (7.5 - 0.5 * (1.0 - 0.1_f64 / 5.0).powi(50))).abs() < 1e-9, "{c}");
         // ...never stays below work seen done...
         m.update(9.0, false, false, 0.1);
-        assert_eq!(m.capacity(None, 0.0).0, 9.0);
+        assert_eq!(m.capacity(None, 0.0, None).0, 9.0);
         // ...and grows while it limits admission with no backlog.
         m.update(1.0, false, true, 1.0);
-        assert!((m.capacity(None, 0.0).0 - 9.45).abs() < 1e-9);
+        assert!((m.capacity(None, 0.0, None).0 - 9.45).abs() < 1e-9);
         // Nonsense readings change nothing.
         for bad in [f64::NAN, -1.0, 0.0, f64::INFINITY] {
             m.update(bad, true, false, 0.1);
-            assert!((m.capacity(None, 0.0).0 - 9.45).abs() < 1e-9);
+            assert!((m.capacity(None, 0.0, None).0 - 9.45).abs() < 1e-9);
         }
+        // Ten workers seen busy at once as a job started: at least ten,
+        // whatever the work done reads; fewer seen changes nothing.
+        assert_eq!(m.capacity(None, 0.0, Some(10.0)), (10.0, CapacitySource::Learnt));
+        assert!((m.capacity(None, 0.0, Some(3.0)).0 - 9.45).abs() < 1e-9);
+        assert_eq!(m.capacity(Some(8.0), 20.0, Some(10.0)), (8.0, CapacitySource::Configured));
     }
 }

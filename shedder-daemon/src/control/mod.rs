@@ -732,7 +732,8 @@ impl Controller {
             .collect();
         let max_rates: f64 =
             adaptive.iter().map(|name| self.policies[*name].capacity() * slacks[*name].mean_service_ms / 1000.0).sum();
-        let (capacity, source) = self.capacity.capacity(p.workers, max_rates);
+        self.starts.record(input.starts);
+        let (capacity, source) = self.capacity.capacity(p.workers, max_rates, self.starts.workers_seen());
         let capacity = capacity.max(f64::MIN_POSITIVE);
         // The classes with work offered (or let in) in the last second: the
         // ones whose running jobs, rooms, waits and reserves count now (a
@@ -899,7 +900,6 @@ impl Controller {
         }
         let mix_mean = if rate_sum > 0.0 { mean_sum / rate_sum } else { 0.0 };
         let ahead = QueueAhead::new(capacity, mix_mean).filter(|_| source != CapacitySource::MaxRates);
-        self.starts.record(input.starts);
 
         let mut decisions = Vec::new();
         for (name, policy) in &self.policies {

@@ -46,6 +46,13 @@ impl StartLog {
         }
     }
 
+    /// The most workers seen in use at once: one more than the most jobs
+    /// the server had in service as one of the recent jobs started (the
+    /// starting job takes a worker too). The backend has at least that many.
+    pub fn workers_seen(&self) -> Option<f64> {
+        self.running.iter().copied().reduce(f64::max).map(|r| r + 1.0)
+    }
+
     /// What the recent starts say of a backend of `capacity` workers, with
     /// `kept` of them held for higher tiers.
     pub fn backend(&self, capacity: f64, kept: f64) -> Backend {
@@ -101,5 +108,19 @@ mod tests {
         log.record(&[0.0; 4]);
         log.record(&[]);
         assert_eq!(log.free_at_busiest(4.0), None);
+    }
+
+    #[test]
+    fn the_busiest_start_shows_how_many_workers_there_are_at_least() {
+        let mut log = StartLog::default();
+        assert_eq!(log.workers_seen(), None);
+        log.record(&[0.0, 3.0, 1.0]);
+        assert_eq!(log.workers_seen(), Some(4.0));
+        // Remembered across quiet ticks, for as many starts as are kept.
+        log.record(&[]);
+        log.record(&[2.0]);
+        assert_eq!(log.workers_seen(), Some(4.0));
+        log.record(&[1.0; KEPT]);
+        assert_eq!(log.workers_seen(), Some(2.0));
     }
 }
