@@ -17,11 +17,13 @@
 //!   number is old resets it: that is how stale data ages out, with no timer.
 //! * **A window long enough to hold its jobs.** Ten seconds of a class that
 //!   finishes a job every second or two (long generations on a few GPUs)
-//!   never hold `min_samples` of them, so its prior (or nothing) would stand
-//!   in for good. So the window widens past `window_ms`, a slice at a time,
-//!   until it holds `min_samples` service samples, up to `max_window_ms`
-//!   (2 min): a class busy enough to fill ten seconds keeps ten seconds; a
-//!   slow one is judged on its last `min_samples` jobs.
+//!   never hold `min_samples` of them. A configured service prior fills in
+//!   for the jobs missing (below); without one, the class would run on the
+//!   handful it has for good. So, for a class without a service prior, the
+//!   window widens past `window_ms`, a slice at a time, until it holds
+//!   `min_samples` service samples, up to `max_window_ms` (2 min): a class
+//!   busy enough to fill ten seconds keeps ten seconds; a slow one is judged
+//!   on its last `min_samples` jobs.
 //! * **Recent horizons.** Besides the window, queue age and service time are
 //!   also reported over the freshest horizon holding `min_samples`: the newest
 //!   `recent_slices` (2) slices, widened a slice at a time up to the window.
@@ -84,7 +86,8 @@ pub struct EstimatorParams {
     #[serde(default = "default_slices")]
     pub slices: u32,
     /// Samples a distribution needs before its quantiles replace the prior
-    /// (and the window widens to hold this many, up to `max_window_ms`).
+    /// (and, without a service prior, the window widens to hold this many,
+    /// up to `max_window_ms`).
     #[serde(default = "default_min_samples")]
     pub min_samples: u64,
     /// Slices (the current partial one included) over which the drain rate and
@@ -93,8 +96,8 @@ pub struct EstimatorParams {
     /// only lag. The recent queue age widens past it until it has `min_samples`.
     #[serde(default = "default_recent_slices")]
     pub recent_slices: u32,
-    /// The most the window widens to, ms, to hold `min_samples` service
-    /// samples (in whole slices; never less than `window_ms`, which it equals
+    /// The most the window of a class without a service prior widens to,
+    /// ms, to hold `min_samples` service samples (in whole slices; never less than `window_ms`, which it equals
     /// to never widen). Each class keeps this much history in memory, a
     /// slice's sketches per `window_ms / slices`.
     #[serde(default = "default_max_window_ms")]
@@ -237,6 +240,11 @@ impl ClassPrior {
         Quantiles::from_p95(self.queue_age_p95_ms, self.queue_age_p50_ms, self.queue_age_p90_ms, self.queue_age_p99_ms)
     }
 
+    /// Whether a service time was configured (a p95 of 0 is none).
+    pub fn has_service(&self) -> bool {
+        self.service_p95_ms > 0.0
+    }
+
     /// The prior's service-time quantiles.
     pub fn service(&self) -> Quantiles {
         Quantiles::from_p95(self.service_p95_ms, self.service_p50_ms, self.service_p90_ms, self.service_p99_ms)
@@ -335,7 +343,7 @@ pub struct ClassEstimate {
     pub at_ms: u64,
     pub estimator_version: u64,
     /// The span the window covers, ms: `window_ms`, or wider for a class
-    /// whose last `min_samples` jobs took longer.
+    /// without a service prior whose last `min_samples` jobs took longer.
     pub window_ms: u64,
     pub queue_age: Distribution,
     /// Queue age over the freshest horizon that holds `min_samples`: the
@@ -607,13 +615,15 @@ impl Estimators {
         let mut service_recent: Option<DDSketch> = None;
         let mut drain: Option<(u64, u64)> = None;
         let recent_slices = u64::from(p.recent_slices);
-        // Slices the window spans: `slices`, or more while it holds fewer
-        // than `min_samples` service samples.
+        // Slices the window spans: `slices`, or, for a class without a
+        // service prior to fill in for the jobs missing, more while it holds
+        // fewer than `min_samples` service samples.
+        let widens = !state.prior.has_service();
         let mut span = n;
         for slice in &slices {
             let age = current - slice.number + 1;
             if age > n {
-                if service.count() as u64 >= p.min_samples {
+                if !widens || service.count() as u64 >= p.min_samples {
                     break;
                 }
                 span = age;
@@ -676,7 +686,7 @@ impl Estimators {
             // real samples still beat "no cost at all" (a class throttled to
             // a trickle must not look free and be let in wholesale).
             (None, _) => match ServiceCurve::of_sketch(&service) {
-                Some(few) if state.prior.service_p95_ms > 0.0 => {
+                Some(few) if state.prior.has_service() => {
                     few.lean_on(&prior_curve(), service.count() as u64, p.min_samples)
                 }
                 Some(few) => few,
@@ -1057,6 +1067,14 @@ mod tests {
             let source = if samples >= 20 { Source::Window } else { Source::Prior };
             assert_eq!(e.service.source, source, "{rate} jobs/s");
         }
+        // A class with a service prior does not widen: the prior fills in.
+        let prior = ClassPrior { service_p95_ms: 400.0, ..ClassPrior::default() };
+        let mut est = one_class(EstimatorParams::default(), prior);
+        for i in 0..300u64 {
+            est.observe_one(at(i * 1_000), "interactive", &service(100.0)).unwrap();
+        }
+        let e = est.estimate("interactive", at(299_999)).unwrap();
+        assert_eq!((e.window_ms, e.service.samples, e.service.source), (10_000, 10, Source::Prior));
         // Only the service samples widen it, and never past max_window_ms.
         let p = EstimatorParams { max_window_ms: 30_000, ..EstimatorParams::default() };
         let mut est = one_class(p, ClassPrior::default());
