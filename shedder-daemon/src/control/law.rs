@@ -155,6 +155,11 @@ impl Law {
         self.episode = None;
     }
 
+    /// In a run of negative slack that the law has cut for.
+    pub fn cutting(&self) -> bool {
+        self.episode.is_some()
+    }
+
     /// The cut factor for a deficit: 1 − gain·(deficit/deadline), clamped to
     /// [floor, ceiling]. The ceiling makes the mildest cut still worth a
     /// decision; the floor bounds what one tick of bad data can do.

@@ -786,7 +786,13 @@ impl Controller {
                     .total_cmp(&(slacks[*b].slack_ms / slacks[*b].deadline_ms))
             })
             .cloned();
-        if !self.shared.rate.is_finite() {
+        // Until a backlog shows what the backend can do, the capacity is what
+        // the classes' max_rates would bring at their measured service times
+        // (no limit of its own), and it moves as those are measured, from
+        // nothing at the first tick. Outside a cut the law's rate follows
+        // it: climbing towards it as if from a cut would hold admission at
+        // a sliver of an unknown capacity for the first seconds of a run.
+        if !self.shared.rate.is_finite() || (source == CapacitySource::MaxRates && !self.shared.cutting()) {
             self.shared.rate = capacity;
         }
         let admitted_work: f64 = adaptive.iter().map(|n| work(input.admitted, n)).sum();

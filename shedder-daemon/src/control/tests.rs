@@ -685,3 +685,24 @@ fn a_queue_trimmed_at_start_is_fed_for_the_room_its_jobs_have() {
         );
     }
 }
+
+#[test]
+fn a_class_is_not_cut_while_its_first_service_times_come_in() {
+    // No `[backend] workers` and no prior: until a backlog shows what the
+    // backend can do, the capacity is what the class's max_rate would bring
+    // at its measured service time, and that moves as the first jobs finish
+    // (nothing at first, then more). No queue stands: nothing is refused.
+    let mut c =
+        Controller::new(ControlParams::default(), BTreeMap::from([("chat".to_string(), adaptive(0.0, 15.0, false))]))
+            .unwrap();
+    let offered = BTreeMap::from([("chat".to_string(), 7.5)]);
+    let mut decisions = tick(&mut c, ms(100), &BTreeMap::new(), &[], &offered);
+    for (t, service_p95) in (2..=20).zip([300.0, 450.0, 600.0, 900.0].into_iter().cycle()) {
+        let est = BTreeMap::from([("chat".to_string(), estimate("chat", 0.0, service_p95))]);
+        decisions.extend(tick(&mut c, ms(t * 100), &est, &[], &offered));
+    }
+    assert!(decisions.iter().all(|d| d.action != Action::Cut), "{:?}", decisions.first().map(|d| &d.reason));
+    assert_eq!(c.rate("chat"), Some(15.0));
+    let plan = c.capacity_plan();
+    assert_eq!((plan.effective, plan.source), (plan.capacity, Some(CapacitySource::MaxRates)));
+}
