@@ -97,9 +97,10 @@ pub struct EstimatorParams {
     #[serde(default = "default_recent_slices")]
     pub recent_slices: u32,
     /// The most the window of a class without a service prior widens to,
-    /// ms, to hold `min_samples` service samples (in whole slices; never less than `window_ms`, which it equals
-    /// to never widen). Each class keeps this much history in memory, a
-    /// slice's sketches per `window_ms / slices`.
+    /// ms, to hold `min_samples` service samples (in whole slices; never
+    /// less than `window_ms`, which it equals to never widen). Each class
+    /// keeps this much history in memory, a slice's sketches per
+    /// `window_ms / slices`.
     #[serde(default = "default_max_window_ms")]
     pub max_window_ms: u64,
 }

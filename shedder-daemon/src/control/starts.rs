@@ -1,6 +1,6 @@
 //! Starts: how full the backend was as each of its recent jobs started
 //! (`admit`'s `running`, asked at start), to tell a budget that starves the
-//! backend from one that keeps it busy.
+//! backend from one that keeps it busy, and how many workers it has at least.
 //!
 //! Under a budget the workers can keep up with, a job starts as another
 //! finishes: the backend is full at nearly every start. Under one set too
