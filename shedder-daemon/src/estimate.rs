@@ -32,13 +32,13 @@
 //!   tail shows there before it is 5% of the window. Same for the drain rate
 //!   (completions per second), which with the queue depth predicts the wait.
 //! * **Priors below a minimum sample count.** A p95 of three samples is noise.
-//!   Below `min_samples` a distribution reports the class's configured prior
-//!   and says so ([`Source::Prior`]); the controller never *cuts* on priors
-//!   alone (see [`crate::control`]). The default prior is all zeros, which
-//!   makes the slack positive: with no evidence, shedder sheds nothing. The
-//!   service curve (what a job costs, and its chance) leans on a configured
-//!   prior only for the samples still missing, so that it moves smoothly as
-//!   a throttled class's count crosses `min_samples`.
+//!   Below `min_samples` a distribution leans on the class's configured
+//!   prior, which stands for the samples still missing, and says so
+//!   ([`Source::Prior`]); the controller never *cuts* on priors alone (see
+//!   [`crate::control`]). The default prior is all zeros, which makes the
+//!   slack positive: with no evidence, shedder sheds nothing. The service
+//!   curve (what a job costs, and its chance) leans the same way, so that it
+//!   moves smoothly as a throttled class's count crosses `min_samples`.
 //! * **A version.** Every estimate carries the registry's `version`, bumped
 //!   whenever the parameters or any prior change, so a decision logged at
 //!   09:13:02 can be tied to the estimator configuration that produced it.
@@ -294,6 +294,30 @@ impl Quantiles {
         let q = |q: f64| sketch.quantile(q).ok().flatten();
         Some(Quantiles { p50: q(0.50)?, p90: q(0.90)?, p95: q(0.95)?, p99: q(0.99)? })
     }
+
+    /// The quantiles of the jobs `sketch` holds mixed with `prior`, which
+    /// stands for the jobs still missing: the measured ones weigh `w`
+    /// (`samples / min_samples`). Each of the prior's quantiles is taken as
+    /// a point mass (a prior given as a p95 alone is one), so that a few
+    /// measured waits of a second beside a prior of none read as a queue,
+    /// not as the prior's nothing; `prior` when the sketch is empty.
+    fn leaning(sketch: &DDSketch, prior: Quantiles, w: f64) -> Self {
+        let measured = |q: f64| sketch.quantile(q.clamp(0.0, 1.0)).ok().flatten();
+        let mix = |q: f64, at: f64| {
+            // Below the prior's mass only the measured jobs count; past it,
+            // the mass adds the missing jobs' share.
+            let below = (q <= w).then(|| measured(q / w)).flatten().filter(|x| *x < at);
+            let past = (q - (1.0 - w)) / w;
+            let with_mass = if past <= 1e-9 { Some(at) } else { measured(past).map(|x| x.max(at)) };
+            below.or(with_mass).unwrap_or(at)
+        };
+        Quantiles {
+            p50: mix(0.50, prior.p50),
+            p90: mix(0.90, prior.p90),
+            p95: mix(0.95, prior.p95),
+            p99: mix(0.99, prior.p99),
+        }
+    }
 }
 
 /// Where a distribution's quantiles came from.
@@ -302,7 +326,8 @@ impl Quantiles {
 pub enum Source {
     /// Measured over the window, from at least `min_samples` samples.
     Window,
-    /// Too few samples in the window: the configured prior.
+    /// Too few samples in the window: the configured prior, standing for
+    /// the jobs missing beside those measured.
     Prior,
 }
 
@@ -652,7 +677,10 @@ impl Estimators {
                 Some(quantiles) if samples >= p.min_samples => {
                     Distribution { quantiles, samples, source: Source::Window }
                 }
-                _ => Distribution { quantiles: prior, samples, source: Source::Prior },
+                _ => {
+                    let w = samples as f64 / p.min_samples.max(1) as f64;
+                    Distribution { quantiles: Quantiles::leaning(sketch, prior, w), samples, source: Source::Prior }
+                }
             }
         };
         let queue_age_window = distribution(&queue_age, state.prior.queue_age());
@@ -810,7 +838,7 @@ mod tests {
     }
 
     #[test]
-    fn below_min_samples_the_prior_is_reported_and_flagged() {
+    fn below_min_samples_the_prior_stands_in_for_the_missing_and_is_flagged() {
         let prior = ClassPrior {
             queue_age_p95_ms: 300.0,
             service_p95_ms: 1_800.0,
@@ -825,7 +853,11 @@ mod tests {
         let e = est.estimate("interactive", at(500)).unwrap();
         assert!(e.service.from_prior());
         assert_eq!(e.service.samples, 19);
-        assert_eq!(e.service.quantiles, Quantiles { p50: 700.0, p90: 1_800.0, p95: 1_800.0, p99: 1_800.0 });
+        // 19 jobs of 50 ms and the prior's one missing job (a point mass at
+        // each of its quantiles): 95% of the mixture is measured.
+        let q = e.service.quantiles;
+        assert!([q.p50, q.p90, q.p95].iter().all(|v| (v - 50.0).abs() < 1.0) && q.p99 == 1_800.0, "{q:?}");
+        // No wait measured: the prior alone.
         assert!(e.queue_age.from_prior());
         assert_eq!(e.queue_age.quantiles.p95, 300.0);
 
@@ -1084,6 +1116,28 @@ mod tests {
         }
         let e = est.estimate("interactive", at(299_999)).unwrap();
         assert_eq!((e.window_ms, e.queue_age.samples), (30_000, 30));
+    }
+
+    #[test]
+    fn a_few_measured_waits_lean_on_the_prior_for_the_jobs_missing() {
+        // Measured waits of 1300 ms; a prior of no wait (a p95 of 0).
+        let none = ClassPrior::default().queue_age();
+        // (waits measured, of min_samples 20; the p95 and p50 read)
+        let rows = [(0, 0.0, 0.0), (1, 0.0, 0.0), (9, 1_300.0, 0.0), (12, 1_300.0, 1_300.0), (19, 1_300.0, 1_300.0)];
+        for (n, p95, p50) in rows {
+            let mut sketch = DDSketch::new(SketchConfig::new(0.01, 2048, 1e-9));
+            sketch.add_with_count(1_300.0, n);
+            let q = Quantiles::leaning(&sketch, none, n as f64 / 20.0);
+            let close = |a: f64, b: f64| (a - b).abs() <= 0.02 * b;
+            assert!(close(q.p95, p95) && close(q.p50, p50), "{n} waits: {q:?}");
+        }
+        // A prior above what was measured keeps its mass: 10 waits of 100 ms
+        // beside a prior p95 of 2 s read 100 ms at the median, 2 s at p95.
+        let slow = ClassPrior { queue_age_p95_ms: 2_000.0, ..ClassPrior::default() }.queue_age();
+        let mut sketch = DDSketch::new(SketchConfig::new(0.01, 2048, 1e-9));
+        sketch.add_with_count(100.0, 10);
+        let q = Quantiles::leaning(&sketch, slow, 0.5);
+        assert!((q.p50 - 100.0).abs() <= 2.0 && q.p95 == 2_000.0, "{q:?}");
     }
 
     #[test]

@@ -84,9 +84,14 @@ impl ServiceCurve {
     }
 
     /// A curve measured from `samples` jobs, fewer than `min_samples`, leaned
-    /// on `prior` for the rest: percent by percent (and so in its mean) the
-    /// weighted average of the two, the measured curve weighing
-    /// `samples / min_samples`. The prior counts as the jobs still missing.
+    /// on `prior` for the rest: the prior stands for the jobs still missing,
+    /// so the curve is the mixture of the two populations, the measured one
+    /// weighing `samples / min_samples` in every chance (and in the mean).
+    ///
+    /// A mixture, not a percent-by-percent average of the two tables: the
+    /// average moved a measured tail towards the prior's body, so a quarter
+    /// of jobs measured at 5 s on a prior of 1-2 s read as 3 s jobs, and a
+    /// job with 4 s left looked safe. The mixture keeps the tail's share.
     ///
     /// A hard switch at `min_samples` made a class's cost jump between its
     /// measured mean and its prior's as the count crossed the line: a class
@@ -96,9 +101,15 @@ impl ServiceCurve {
     /// had been cut and needed its completions to show what it costs.
     pub fn lean_on(&self, prior: &ServiceCurve, samples: u64, min_samples: u64) -> ServiceCurve {
         let w = (samples as f64 / min_samples.max(1) as f64).min(1.0);
-        let mix = |measured: f64, guessed: f64| w * measured + (1.0 - w) * guessed;
-        let quantiles = self.quantiles.iter().zip(&prior.quantiles).map(|(a, b)| mix(*a, *b)).collect();
-        ServiceCurve { quantiles, mean_ms: mix(self.mean_ms, prior.mean_ms) }
+        match w {
+            0.0 => return prior.clone(),
+            1.0 => return self.clone(),
+            _ => {}
+        }
+        let chance = |ms: f64| w * self.p_within(ms) + (1.0 - w) * prior.p_within(ms);
+        let longest = self.quantiles[GRID_STEPS - 1].max(prior.quantiles[GRID_STEPS - 1]);
+        let quantiles = (0..GRID_STEPS).map(|i| first_reaching(chance, grid(i), longest)).collect();
+        ServiceCurve { quantiles, mean_ms: w * self.mean_ms + (1.0 - w) * prior.mean_ms }
     }
 
     /// `E[service²]`, ms², from the table: each percent of jobs at its
@@ -137,6 +148,18 @@ impl ServiceCurve {
         let (v0, v1) = (self.quantiles[i - 1], self.quantiles[i]);
         grid(i - 1) + (grid(i) - grid(i - 1)) * (ms - v0) / (v1 - v0)
     }
+}
+
+/// The least time in `0..=longest` at which the non-decreasing `chance`
+/// reaches `q` (by bisection: a mixture's chance has jumps wherever either
+/// curve does, and bisection lands on them).
+fn first_reaching(chance: impl Fn(f64) -> f64, q: f64, longest: f64) -> f64 {
+    let (mut lo, mut hi) = (0.0, longest);
+    for _ in 0..64 {
+        let mid = 0.5 * (lo + hi);
+        if chance(mid) >= q { hi = mid } else { lo = mid }
+    }
+    hi
 }
 
 /// Sketch quantiles are monotone up to rounding; make it exact.
@@ -248,10 +271,31 @@ mod tests {
             let c = measured.lean_on(&prior, samples, 20);
             let expect = |m: f64, p: f64| weight * m + (1.0 - weight) * p;
             assert!(close(c.mean_ms, expect(measured.mean_ms, 1_000.0), 1e-9), "{samples}: {}", c.mean_ms);
-            for q in [0.01, 0.5, 0.95, 0.99] {
-                assert!(close(c.quantile(q), expect(measured.quantile(q), 1_000.0), 1e-9), "{samples} q{q}");
+            // Every chance is the two populations' weighted chance.
+            for ms in [50.0, 100.0, 300.0, 999.0, 1_000.0, 5_000.0] {
+                let p = expect(measured.p_within(ms), prior.p_within(ms));
+                assert!((c.p_within(ms) - p).abs() < 0.01, "{samples} jobs, {ms} ms: {} not {p}", c.p_within(ms));
             }
         }
+    }
+
+    #[test]
+    fn a_measured_tail_keeps_its_share_beside_the_prior() {
+        // 9 jobs of 20 measured: 70% near 800 ms, 30% at 5 s. The prior
+        // (p50 800, p95 2500) knows no such tail.
+        let mut sketch = DDSketch::new(Config::new(0.01, 2048, 1e-9));
+        sketch.add_with_count(800.0, 7);
+        sketch.add_with_count(5_000.0, 3);
+        let measured = ServiceCurve::of_sketch(&sketch).unwrap();
+        let prior = ServiceCurve::lognormal(Some(800.0), 2_500.0);
+        let c = measured.lean_on(&prior, 9, 20);
+        // A job with 4 s left: about 0.45 · 0.7 + 0.55 · 0.99 of finishing
+        // (a sketch of 10 jobs reads its 7 short ones as up to 78%), under
+        // any admission threshold near 0.95, not the prior's near-certainty.
+        let p = c.p_within(4_000.0);
+        assert!((0.84..=0.90).contains(&p), "{p}");
+        // With 5.5 s left every job makes it.
+        assert!(c.p_within(5_500.0) >= 0.98, "{}", c.p_within(5_500.0));
     }
 
     #[test]
