@@ -9,7 +9,8 @@
 //! left       = deadline − now − safety − expected wait   (0 when asked at start)
 //! p          = P(service ≤ left)                 the class's service curve
 //! p < θ      → reject_deadline (503)              θ = admit_confidence · best_chance
-//!              unless the backend is idle: admit (the sanity guard)
+//!              unless the backend is idle, as the job's own wait agrees:
+//!              admit (the sanity guard)
 //! a higher tier's jobs missing their deadlines → reject_tier (503): this tier waits
 //! starting it would leave fewer workers free than the higher tiers' reserve
 //!            → reject_tier (503)              `running` from the server, else scraped;
@@ -261,8 +262,11 @@ pub fn admit<R: Rng + ?Sized>(
     } else {
         (Verdict::RejectTier, format!("queue drains in ~{drain:.0} ms"))
     };
+    // The tick saw an idle backend, and this job's own wait and the
+    // server's count of busy workers do not say otherwise.
+    let idle = view.idle.is_some_and(|marks| marks.agree(queue_age_ms, request.waiting_ahead, running));
     let (verdict, over_ms, guarded, reason) = if p.is_nan() || p < threshold {
-        if view.idle && p > 0.0 {
+        if idle && p > 0.0 {
             (
                 Verdict::Admit,
                 0.0,
@@ -285,7 +289,7 @@ pub fn admit<R: Rng + ?Sized>(
             reserve.for_tier.as_str()
         );
         (for_tier, drain, false, why)
-    } else if let Some(higher) = view.yields_to.as_ref().filter(|_| !view.idle) {
+    } else if let Some(higher) = view.yields_to.as_ref().filter(|_| !idle) {
         let why = format!("{higher}, of a higher tier, is missing deadlines: this tier waits; {after}");
         (for_tier, drain, false, why)
     } else if queue_age_ms > policy.max_queue_age_ms {

@@ -2,7 +2,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
 use super::*;
-use crate::control::{Budget, ClassPolicy, ControlParams, QueueAhead, Reserve, Tier, slack};
+use crate::control::{Budget, ClassPolicy, ControlParams, IdleMarks, QueueAhead, Reserve, Tier, slack};
 use crate::service_curve::ServiceCurve;
 
 const T0: f64 = 33_120_000.0;
@@ -27,7 +27,8 @@ fn view(curve: ServiceCurve, idle: bool, pressure: bool) -> ClassView {
         curve,
         slack: s,
         pressure,
-        idle,
+        // 8 workers: idle below 4 busy, and after waits of at most 25 ms.
+        idle: idle.then_some(IdleMarks { backlog_ms: 25.0, light_load: 4.0 }),
         yields_to: None,
         allocation: None,
         budget: 40.0,
@@ -90,7 +91,27 @@ fn verdicts_follow_the_chance_of_finishing_in_time() {
         ("waited 2 s of 3", view(short.clone(), false, false), request(2_000.0), Verdict::Admit, None),
         ("waited 2.7 s of 3", view(short.clone(), false, false), request(2_700.0), Verdict::RejectDeadline, Some(503)),
         ("past its deadline", view(short.clone(), false, false), request(3_500.0), Verdict::RejectDeadline, Some(503)),
-        ("idle backend keeps a late job", view(short.clone(), true, false), request(2_700.0), Verdict::Admit, None),
+        (
+            "idle backend keeps a late job",
+            view(short.clone(), true, false),
+            AdmitRequest { queue_age: QueueAge::AgeMs(0.0), ..request(2_700.0) },
+            Verdict::Admit,
+            None,
+        ),
+        (
+            "…but not one that waited 2.7 s: the tick's idle was wrong",
+            view(short.clone(), true, false),
+            request(2_700.0),
+            Verdict::RejectDeadline,
+            Some(503),
+        ),
+        (
+            "…nor one whose server has every worker busy",
+            view(short.clone(), true, false),
+            AdmitRequest { queue_age: QueueAge::AgeMs(0.0), running: Some(7.0), ..request(2_700.0) },
+            Verdict::RejectDeadline,
+            Some(503),
+        ),
         (
             "idle backend, no chance at all",
             view(short.clone(), true, false),

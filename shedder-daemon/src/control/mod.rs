@@ -61,8 +61,9 @@
 //!   lets through).
 //! * **The sanity guard**: a refusal while the backend is idle (a short
 //!   queue, under half its capacity busy) is the model being wrong, not
-//!   overload: the budget stays open, the answer is admit, it is logged once
-//!   and counted (`shedder_sanity_guard_total`).
+//!   overload: the budget stays open, the answer is admit (unless the job
+//!   itself shows a backlog, see [`idle`]), it is logged once and counted
+//!   (`shedder_sanity_guard_total`).
 //! * **Safety** ([`safety`]): derived from the class's measured spread and
 //!   capped at 10% of the deadline, unless configured.
 //!
@@ -82,6 +83,7 @@ pub mod decision;
 mod feed;
 pub mod gate;
 pub mod hold;
+mod idle;
 mod law;
 pub mod reserve;
 pub mod safety;
@@ -101,6 +103,8 @@ pub use capacity::{CapacityModel, CapacitySource};
 pub use decision::{Action, Decision, DecisionLog};
 pub use gate::{GateParams, GpuSummary};
 pub use hold::Hold;
+pub use idle::IdleMarks;
+use idle::{backlog_ms, idle_backend};
 use law::{Law, Move};
 pub use reserve::Reserve;
 pub use slack::{Slack, Stale, slack};
@@ -486,8 +490,9 @@ pub struct ClassView {
     /// time, so retries and hedges are shed before first attempts.
     pub pressure: bool,
     /// The backend is idle or lightly loaded: a refusal now would be the
-    /// model being wrong, not overload (the sanity guard).
-    pub idle: bool,
+    /// model being wrong, not overload (the sanity guard). What it was
+    /// judged by, for `admit` to check each job's own evidence against.
+    pub idle: Option<IdleMarks>,
     /// A class of a higher tier, with work offered, is losing its jobs'
     /// on-time chance to the wait (its `p_on_time` is below its
     /// threshold): a worker this class's job would take is one that class's
@@ -808,7 +813,7 @@ impl Controller {
                     CapacitySource::Learnt => 0.5 * capacity,
                     _ => 0.01 * capacity,
                 };
-                if s.slack_ms < 0.0 && idle_backend(&p, s, busy, capacity) {
+                if s.slack_ms < 0.0 && idle_backend(&p, s, busy, capacity).is_some() {
                     // The model says "refuse" while the backend has room: the
                     // model is wrong (a margin or prior too tight), not the backend.
                     guard_class = Some(class.clone());
@@ -1006,7 +1011,7 @@ impl Controller {
                                 waste * 100.0
                             ));
                         }
-                        if target < rate_of(input.offered, name) && idle && !binding {
+                        if target < rate_of(input.offered, name) && idle.is_some() && !binding {
                             // The sanity guard: never refuse an idle backend's work.
                             words.push(
                                 "backend idle (short queue, free workers): sanity guard keeps the class open".into(),
@@ -1096,16 +1101,6 @@ impl Controller {
         self.last_gpu = Some(gpu_summary);
         decisions
     }
-}
-
-/// A queue term above this is a backlog: the workers are all busy.
-fn backlog_ms(p: &ControlParams, s: &Slack) -> f64 {
-    (p.tick_ms as f64).min(0.05 * s.deadline_ms)
-}
-
-/// Free workers and a short queue: nothing to shed for.
-fn idle_backend(p: &ControlParams, s: &Slack, busy: f64, capacity: f64) -> bool {
-    s.queue_term_ms <= backlog_ms(p, s) && busy < p.idle_fraction * capacity
 }
 
 /// The capacity model and the shared law's move, in words.

@@ -40,11 +40,24 @@ pub struct Class {
     /// `(from_s, jobs/s)` steps, the first from 0.
     pub rates: Vec<(f64, f64)>,
     pub max_rate: f64,
+    /// Configure the class's p95 as its service prior, as the drill writes
+    /// one (no p50: a point mass at the p95).
+    pub prior: bool,
 }
 
 impl Class {
     pub fn new(name: &'static str, tier: Tier, deadline_ms: f64, p50_ms: f64, p95_ms: f64, rate: f64) -> Self {
-        Class { name, tier, deadline_ms, p50_ms, p95_ms, tail: None, rates: vec![(0.0, rate)], max_rate: rate * 2.0 }
+        Class {
+            name,
+            tier,
+            deadline_ms,
+            p50_ms,
+            p95_ms,
+            tail: None,
+            rates: vec![(0.0, rate)],
+            max_rate: rate * 2.0,
+            prior: false,
+        }
     }
 
     fn rate_at(&self, t_s: f64) -> f64 {
@@ -241,7 +254,11 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
         .collect();
     let params = ControlParams { workers: w.workers_known.then_some(w.workers as f64), ..ControlParams::default() };
     let mut controller = Controller::new(params.clone(), policies).unwrap();
-    let priors: BTreeMap<String, ClassPrior> = names.iter().map(|n| (n.clone(), ClassPrior::default())).collect();
+    let prior = |c: &Class| match c.prior {
+        true => ClassPrior { service_p95_ms: c.p95_ms, ..ClassPrior::default() },
+        false => ClassPrior::default(),
+    };
+    let priors: BTreeMap<String, ClassPrior> = w.classes.iter().map(|c| (c.name.to_string(), prior(c))).collect();
     let mut estimators = Estimators::new(EstimatorParams::default(), priors).unwrap();
     let policy = AdmitPolicy::with_max_queue_age(60_000.0);
     let mut rng = SmallRng::seed_from_u64(seed ^ 0x5eed);
