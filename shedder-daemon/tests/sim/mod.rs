@@ -40,9 +40,9 @@ pub struct Class {
     /// `(from_s, jobs/s)` steps, the first from 0.
     pub rates: Vec<(f64, f64)>,
     pub max_rate: f64,
-    /// Configure the class's p95 as its service prior, as the drill writes
-    /// one (no p50: a point mass at the p95).
-    pub prior: bool,
+    /// The service p95 configured as the class's prior, as the drill
+    /// writes one (no p50: a point mass); None configures none.
+    pub prior_p95_ms: Option<f64>,
 }
 
 impl Class {
@@ -56,7 +56,7 @@ impl Class {
             tail: None,
             rates: vec![(0.0, rate)],
             max_rate: rate * 2.0,
-            prior: false,
+            prior_p95_ms: None,
         }
     }
 
@@ -254,10 +254,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
         .collect();
     let params = ControlParams { workers: w.workers_known.then_some(w.workers as f64), ..ControlParams::default() };
     let mut controller = Controller::new(params.clone(), policies).unwrap();
-    let prior = |c: &Class| match c.prior {
-        true => ClassPrior { service_p95_ms: c.p95_ms, ..ClassPrior::default() },
-        false => ClassPrior::default(),
-    };
+    let prior = |c: &Class| ClassPrior { service_p95_ms: c.prior_p95_ms.unwrap_or(0.0), ..ClassPrior::default() };
     let priors: BTreeMap<String, ClassPrior> = w.classes.iter().map(|c| (c.name.to_string(), prior(c))).collect();
     let mut estimators = Estimators::new(EstimatorParams::default(), priors).unwrap();
     let policy = AdmitPolicy::with_max_queue_age(60_000.0);
