@@ -89,9 +89,9 @@ impl ServiceCurve {
     /// weighing `samples / min_samples` in every chance (and in the mean).
     ///
     /// A mixture, not a percent-by-percent average of the two tables: the
-    /// average moved a measured tail towards the prior's body, so a quarter
-    /// of jobs measured at 5 s on a prior of 1-2 s read as 3 s jobs, and a
-    /// job with 4 s left looked safe. The mixture keeps the tail's share.
+    /// average moved a measured tail towards the prior's body, so 30% of
+    /// jobs measured at 5 s beside a prior of 0.8/2.5 s read as 3 s jobs, and
+    /// a job with 4 s left looked safe. The mixture keeps the tail's share.
     ///
     /// A hard switch at `min_samples` made a class's cost jump between its
     /// measured mean and its prior's as the count crossed the line: a class
