@@ -246,6 +246,8 @@ pub fn admit<R: Rng + ?Sized>(
     // Asked at arrival, the job has yet to wait for the work ahead of it.
     let expected_wait_ms = request.waiting_ahead.map(|ahead| view.ahead.map_or(0.0, |q| q.wait_ms(ahead, running)));
     let left = request.deadline_ms - request.now_ms - safety - expected_wait_ms.unwrap_or(0.0);
+    // What the job spends queued: its predicted wait when asked on arrival.
+    let waited_ms = expected_wait_ms.unwrap_or(queue_age_ms);
     let waits = match expected_wait_ms {
         Some(wait) => format!(" after a wait of ~{wait:.0} ms"),
         None => String::new(),
@@ -292,6 +294,12 @@ pub fn admit<R: Rng + ?Sized>(
     } else if let Some(higher) = view.yields_to.as_ref().filter(|_| !idle) {
         let why = format!("{higher}, of a higher tier, is missing deadlines: this tier waits; {after}");
         (for_tier, drain, false, why)
+    } else if let Some(limit) = view.wait_limit.as_ref().filter(|l| !idle && waited_ms > l.wait_ms) {
+        let why = format!(
+            "waited {waited_ms:.0} ms, over the {:.0} ms {} of this tier can bear: its deadline is tighter and the queue is shared",
+            limit.wait_ms, limit.for_class
+        );
+        (Verdict::RejectDeadline, drain, false, why)
     } else if queue_age_ms > policy.max_queue_age_ms {
         let why = format!("queued {queue_age_ms:.0} ms > {:.0} ms", policy.max_queue_age_ms);
         (Verdict::RejectStale, queue_age_ms - policy.max_queue_age_ms, false, why)

@@ -2,7 +2,7 @@ use rand::SeedableRng;
 use rand::rngs::SmallRng;
 
 use super::*;
-use crate::control::{Budget, ClassPolicy, ControlParams, IdleMarks, QueueAhead, Reserve, Tier, slack};
+use crate::control::{Budget, ClassPolicy, ControlParams, IdleMarks, QueueAhead, Reserve, Tier, WaitLimit, slack};
 use crate::service_curve::ServiceCurve;
 
 const T0: f64 = 33_120_000.0;
@@ -35,6 +35,7 @@ fn view(curve: ServiceCurve, idle: bool, pressure: bool) -> ClassView {
         reserve: None,
         running: None,
         ahead: None,
+        wait_limit: None,
     }
 }
 
@@ -49,6 +50,13 @@ fn below_critical(curve: ServiceCurve, running: Option<f64>) -> ClassView {
 fn knows_queue(curve: ServiceCurve, below: Option<Tier>) -> ClassView {
     let reserve = below.and_then(|tier| Reserve::for_demand(8.0, 4.0, tier));
     ClassView { ahead: QueueAhead::new(8.0, 400.0), reserve, ..view(curve, false, false) }
+}
+
+/// The class beside `chat` of its tier, whose tighter deadline limits
+/// this class's jobs to 160 ms of waiting; 8 workers, 400 ms mean.
+fn beside_chat(curve: ServiceCurve, idle: bool) -> ClassView {
+    let wait_limit = Some(WaitLimit { wait_ms: 160.0, for_class: "chat".into() });
+    ClassView { wait_limit, ahead: QueueAhead::new(8.0, 400.0), ..view(curve, idle, false) }
 }
 
 /// A job asked about as it arrives, behind `ahead` queued jobs, with
@@ -248,6 +256,44 @@ fn verdicts_follow_the_chance_of_finishing_in_time() {
             None,
         ),
         (
+            "beside a tighter class of its tier: waited 100 ms, under the limit",
+            beside_chat(short.clone(), false),
+            request(100.0),
+            Verdict::Admit,
+            None,
+        ),
+        (
+            "…waited 300 ms: its own chance stands, but the shared queue is too long for chat",
+            beside_chat(short.clone(), false),
+            request(300.0),
+            Verdict::RejectDeadline,
+            Some(503),
+        ),
+        (
+            "…arriving behind 2 queued jobs (~0 ms of wait)",
+            beside_chat(short.clone(), false),
+            on_arrival(2.0, 8.0),
+            Verdict::Admit,
+            None,
+        ),
+        (
+            "…arriving behind 10 (~550 ms)",
+            beside_chat(short.clone(), false),
+            on_arrival(10.0, 8.0),
+            Verdict::RejectDeadline,
+            Some(503),
+        ),
+        (
+            "a limit of 10 ms on a backend the tick and the job call idle: waited 20 ms",
+            ClassView {
+                wait_limit: Some(WaitLimit { wait_ms: 10.0, for_class: "chat".into() }),
+                ..beside_chat(short.clone(), true)
+            },
+            AdmitRequest { running: Some(2.0), ..request(20.0) },
+            Verdict::Admit,
+            None,
+        ),
+        (
             "arriving below a higher tier with 7 of 8 busy: the reserve is checked at start",
             knows_queue(short.clone(), Some(Tier::Critical)),
             on_arrival(0.0, 7.0),
@@ -264,9 +310,12 @@ fn verdicts_follow_the_chance_of_finishing_in_time() {
         assert!(!d.reason.is_empty(), "{what}");
     }
     // The prediction is in the answer and its reason.
-    let d = admit(&on_arrival(10.0, 8.0), &knows_queue(short, None), &policy, 0.0, 0.1, &mut rng);
+    let d = admit(&on_arrival(10.0, 8.0), &knows_queue(short.clone(), None), &policy, 0.0, 0.1, &mut rng);
     assert_eq!(d.expected_wait_ms, Some(550.0));
     assert!(d.reason.contains("after a wait of ~550 ms"), "{}", d.reason);
+    // A refusal for a tighter class's sake names it.
+    let d = admit(&request(300.0), &beside_chat(short, false), &policy, 0.0, 0.1, &mut rng);
+    assert!(d.reason.contains("waited 300 ms, over the 160 ms chat"), "{}", d.reason);
 }
 
 #[test]

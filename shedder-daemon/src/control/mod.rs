@@ -90,6 +90,7 @@ pub mod safety;
 pub mod slack;
 mod starts;
 pub mod tier;
+pub mod wait_limit;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -110,6 +111,8 @@ pub use reserve::Reserve;
 pub use slack::{Slack, Stale, slack};
 use starts::{Backend, StartLog};
 pub use tier::Tier;
+pub use wait_limit::WaitLimit;
+use wait_limit::{Waiting, wait_limit};
 
 use crate::estimate::ClassEstimate;
 use crate::service_curve::ServiceCurve;
@@ -512,6 +515,9 @@ pub struct ClassView {
     /// What a job arriving now waits per job queued ahead of it (see
     /// [`ahead`]); None without a known capacity or work to measure.
     pub ahead: Option<QueueAhead>,
+    /// A shorter wait than the class's own room: a class of its tier with a
+    /// tighter deadline is missing it in the same queue (see [`wait_limit`]).
+    pub wait_limit: Option<WaitLimit>,
 }
 
 /// The capacity model at the last tick, for decisions and `status`.
@@ -853,7 +859,7 @@ impl Controller {
             _ => Hold::measure(
                 offering.iter().filter(|n| slacks[**n].has_evidence()).map(|n| {
                     let s = &slacks[*n];
-                    (s.queue_term_ms, s.deadline_ms - s.safety_ms - s.service_term_ms)
+                    (s.queue_term_ms, s.room_ms())
                 }),
                 capacity,
             ),
@@ -895,7 +901,7 @@ impl Controller {
             })
             .collect();
 
-        // Higher-tier classes whose jobs are losing their chance to the wait.
+        // Classes whose jobs are losing their chance to the wait.
         let pressed: Vec<(Tier, &String)> = offering
             .iter()
             .filter(|n| slacks[**n].has_evidence() && slacks[**n].p_on_time < slacks[**n].threshold)
@@ -912,12 +918,27 @@ impl Controller {
         let mix_mean = if rate_sum > 0.0 { mean_sum / rate_sum } else { 0.0 };
         let ahead = QueueAhead::new(capacity, mix_mean).filter(|_| source != CapacitySource::MaxRates);
 
+        // The classes with work offered, for the wait limits of their tiers'
+        // more patient classes; with no capacity known, none.
+        let waiting: Vec<Waiting> = offering
+            .iter()
+            .filter(|_| ahead.is_some())
+            .map(|n| Waiting {
+                name: n.as_str(),
+                tier: self.policies[*n].tier,
+                room_ms: slacks[*n].room_ms(),
+                pressed: pressed.iter().any(|(_, m)| m == n),
+            })
+            .collect();
+        let two_starts_ms = ahead.map_or(0.0, |q| q.wait_ms(1.0, None));
+
         let mut decisions = Vec::new();
         for (name, policy) in &self.policies {
             let s = slacks[name];
             let reserve = reserves.get(name).copied().flatten();
             let state = self.states.get_mut(name).expect("a state for every policy");
             let idle = idle_backend(&p, &s, busy, capacity);
+            let limit = wait_limit(name, policy.tier, s.room_ms(), &waiting, binding, two_starts_ms);
             let was_gated = state.gated;
             let (target, why) = match policy.budget {
                 Budget::Static { rate } => {
@@ -939,6 +960,9 @@ impl Controller {
                         if hold.draining() {
                             words.push(hold.words());
                         }
+                        if let Some(limit) = &limit {
+                            words.push(limit.words());
+                        }
                         let allotted = binding && share < state.demand;
                         // A spare worker at every recent start while this
                         // class's connections are refused: the budget starves
@@ -958,7 +982,7 @@ impl Controller {
                         // that can still make it needs feeding faster.
                         let trimmed = rate_of(input.trimmed, name) > 0.0;
                         let headroom = if trimmed && headroom > 0.0 {
-                            feed::headroom(headroom, jobs, s.deadline_ms - s.safety_ms - s.service_term_ms)
+                            feed::headroom(headroom, jobs, s.room_ms())
                         } else {
                             headroom
                         };
@@ -1072,6 +1096,7 @@ impl Controller {
                     reserve,
                     running,
                     ahead,
+                    wait_limit: limit,
                 },
             );
         }

@@ -99,6 +99,12 @@ impl Slack {
         self.queue_age_source == Source::Prior || self.service_source == Source::Prior
     }
 
+    /// The wait a job can take and keep its on-time chance, ms:
+    /// `deadline − safety − service term`.
+    pub fn room_ms(&self) -> f64 {
+        self.deadline_ms - self.safety_ms - self.service_term_ms
+    }
+
     /// At least one term is measured (the window, or a live queue depth):
     /// the law cuts only on evidence, never on priors alone.
     pub fn has_evidence(&self) -> bool {
