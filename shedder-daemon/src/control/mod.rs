@@ -8,7 +8,9 @@
 //! turned away early costs its client almost nothing, and one turned away at
 //! the NIC costs the server nothing at all. And never worse than doing
 //! nothing: no class may finish fewer jobs on time than with shedder off
-//! (except a lower tier that `off` served at a higher tier's expense).
+//! (except a class that `off` served at another's expense: a lower tier at
+//! a higher tier's, or, beyond its weighted share, a patient class whose
+//! jobs filled the queue a tighter class of its tier lost its jobs in).
 //!
 //! # The model
 //!
@@ -46,6 +48,10 @@
 //!   cut where its filler is, not where it hurts); the class's own tier is
 //!   trimmed job by job by admission. With a learnt or guessed capacity it
 //!   may cut any tier, since the capacity itself may be wrong.
+//! * **A tier's queue kept for its tightest class** ([`wait_limit`]): classes
+//!   of one tier share the queue, so a more patient class's job that waited
+//!   past half the room of a tighter class of its tier is refused, while
+//!   the allotments bind or that class misses its deadlines.
 //! * **Workers kept free** ([`reserve`]): a lower tier's job may start
 //!   only while, with it, a few workers stay free for higher tiers with work
 //!   coming: rates cannot stop a burst of long jobs taking every worker.
