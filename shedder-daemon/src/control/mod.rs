@@ -924,18 +924,25 @@ impl Controller {
         let mix_mean = if rate_sum > 0.0 { mean_sum / rate_sum } else { 0.0 };
         let ahead = QueueAhead::new(capacity, mix_mean).filter(|_| source != CapacitySource::MaxRates);
 
-        // The classes with work offered, for the wait limits of their tiers'
-        // more patient classes; with no capacity known, none.
-        let waiting: Vec<Waiting> = offering
+        // Every class as the wait limits see it; those with work offered
+        // limit their tiers' more patient classes (with no capacity known,
+        // none do).
+        let as_waiting: BTreeMap<&String, Waiting> = self
+            .policies
             .iter()
-            .filter(|_| ahead.is_some())
-            .map(|n| Waiting {
-                name: n.as_str(),
-                tier: self.policies[*n].tier,
-                room_ms: slacks[*n].room_ms(),
-                pressed: pressed.iter().any(|(_, m)| m == n),
+            .map(|(n, policy)| {
+                let s = &slacks[n];
+                let waiting = Waiting {
+                    name: n.as_str(),
+                    tier: policy.tier,
+                    room_ms: s.room_ms(),
+                    pressed: pressed.iter().any(|(_, m)| *m == n),
+                    worth: Waiting::worth(policy.weight, s.best_chance, s.mean_service_ms),
+                };
+                (n, waiting)
             })
             .collect();
+        let waiting: Vec<Waiting> = offering.iter().filter(|_| ahead.is_some()).map(|n| as_waiting[n]).collect();
         let two_starts_ms = ahead.map_or(0.0, |q| q.wait_ms(1.0, None));
 
         let mut decisions = Vec::new();
@@ -944,7 +951,7 @@ impl Controller {
             let reserve = reserves.get(name).copied().flatten();
             let state = self.states.get_mut(name).expect("a state for every policy");
             let idle = idle_backend(&p, &s, busy, capacity);
-            let limit = wait_limit(name, policy.tier, s.room_ms(), &waiting, binding, two_starts_ms);
+            let limit = wait_limit(&as_waiting[name], &waiting, binding, two_starts_ms);
             let was_gated = state.gated;
             let (target, why) = match policy.budget {
                 Budget::Static { rate } => {
