@@ -50,8 +50,9 @@
 //!   may cut any tier, since the capacity itself may be wrong.
 //! * **A tier's queue kept for its tightest class** ([`wait_limit`]): classes
 //!   of one tier share the queue, so a more patient class's job that waited
-//!   past half the room of a tighter class of its tier is refused, while
-//!   the allotments bind or that class misses its deadlines.
+//!   past half the room of a tighter class of its tier, one that finishes at
+//!   least as many jobs per worker-second, is refused, while the allotments
+//!   bind or that class misses its deadlines.
 //! * **Workers kept free** ([`reserve`]): a lower tier's job may start
 //!   only while, with it, a few workers stay free for higher tiers with work
 //!   coming: rates cannot stop a burst of long jobs taking every worker.
@@ -522,7 +523,8 @@ pub struct ClassView {
     /// [`ahead`]); None without a known capacity or work to measure.
     pub ahead: Option<QueueAhead>,
     /// A shorter wait than the class's own room: a class of its tier with a
-    /// tighter deadline is missing it in the same queue (see [`wait_limit`]).
+    /// tighter deadline, worth as much per worker-second, shares the queue
+    /// (see [`wait_limit`]).
     pub wait_limit: Option<WaitLimit>,
 }
 

@@ -58,7 +58,7 @@ pub struct WaitLimit {
     pub for_class: String,
 }
 
-/// A class with work offered, as the limit sees it.
+/// A class as the limit sees it.
 #[derive(Clone, Copy, Debug)]
 pub struct Waiting<'a> {
     pub name: &'a str,
