@@ -12,7 +12,8 @@
 mod sim;
 
 use shedder_daemon::control::Tier;
-use sim::{Class, Mode, Outcomes, Workload, blind_bound, lognormal_mean, run};
+use shedder_daemon::service_curve::ServiceCurve;
+use sim::{Class, Mode, Outcomes, Workload, blind_bound, run};
 
 /// Every family is judged on the sum over these seeds: one seed's figure
 /// swings by several points of the bound with any small change (the loop is
@@ -42,6 +43,12 @@ fn load_sweep(load: f64) -> Workload {
     let mut c = Class::new("chat", Tier::Standard, 2_000.0, 120.0, 400.0, 51.0 * load);
     c.max_rate = 51.0 * 4.0 * 1.5;
     Workload { classes: vec![c], workers: 8, duration_s: 40.0, workers_known: false }
+}
+
+/// What a job of the lognormal through `p50` and `p95` costs a worker on
+/// average, ms: for sizing a class's rate to a share of the workers.
+fn mean_service_ms(p50: f64, p95: f64) -> f64 {
+    ServiceCurve::lognormal(Some(p50), p95).mean_ms
 }
 
 fn sum(v: &[f64]) -> f64 {
@@ -283,7 +290,7 @@ fn tight_and_loose_deadlines_refuse_nothing_at_half_load_and_shed_to_the_bound_a
     ];
     let only: Option<f64> = std::env::var("SIM_DEADLINE").ok().map(|v| v.parse().unwrap());
     for (deadline, p50, p95) in rows.into_iter().filter(|r| only.is_none_or(|d| d == r.0)) {
-        let mean_s = lognormal_mean(p50, p95) / 1000.0;
+        let mean_s = mean_service_ms(p50, p95) / 1000.0;
         let capacity = 8.0 / mean_s;
         for load in [0.5, 2.0] {
             let mut c = Class::new("tight", Tier::Critical, deadline, p50, p95, capacity * load);
@@ -365,7 +372,7 @@ fn one_tier_shares_its_queue_by_what_each_class_finishes_in_time() {
         let classes = [("first", first, 0.3), ("second", second, 0.7)]
             .into_iter()
             .map(|(name, (deadline, p50, p95), share)| {
-                let rate = 1.3 * 8.0 * share * 1000.0 / lognormal_mean(p50, p95);
+                let rate = 1.3 * 8.0 * share * 1000.0 / mean_service_ms(p50, p95);
                 let mut c = Class::new(name, Tier::Standard, deadline, p50, p95, rate);
                 c.prior_p95_ms = Some(p95);
                 c

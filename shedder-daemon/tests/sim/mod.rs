@@ -177,18 +177,8 @@ fn plan(w: &Workload, seed: u64) -> Vec<Job> {
     jobs
 }
 
-/// The mean of the lognormal through `p50` and `p95`: what a job costs a
-/// worker on average, for sizing a class's rate to a share of the workers.
-pub fn lognormal_mean(p50: f64, p95: f64) -> f64 {
-    let sigma = (p95 / p50).ln() / Z_95;
-    p50 * (sigma * sigma / 2.0).exp()
-}
-
-/// The standard normal's 95th percentile.
-const Z_95: f64 = 1.644_853_6;
-
 fn lognormal(rng: &mut SmallRng, p50: f64, p95: f64) -> f64 {
-    let sigma = (p95 / p50).ln() / Z_95;
+    let sigma = (p95 / p50).ln() / 1.644_853_6;
     let u1: f64 = 1.0 - rng.random::<f64>();
     let u2: f64 = rng.random();
     let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
