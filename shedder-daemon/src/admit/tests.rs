@@ -42,13 +42,17 @@ fn view(curve: ServiceCurve, idle: bool, pressure: bool) -> ClassView {
 /// The same class under a critical tier that brings 4 workers' work to 8
 /// workers: 2 are kept free for it. `running` scraped, when given.
 fn below_critical(curve: ServiceCurve, running: Option<f64>) -> ClassView {
-    ClassView { reserve: Reserve::for_demand(8.0, 4.0, Tier::Critical), running, ..view(curve, false, false) }
+    ClassView {
+        reserve: Reserve::for_higher(8.0, &[(4.0, 400.0)], 400.0, Tier::Critical),
+        running,
+        ..view(curve, false, false)
+    }
 }
 
 /// The class with 8 workers at a 400 ms mean service known, below a higher
 /// tier when `below` says so.
 fn knows_queue(curve: ServiceCurve, below: Option<Tier>) -> ClassView {
-    let reserve = below.and_then(|tier| Reserve::for_demand(8.0, 4.0, tier));
+    let reserve = below.and_then(|tier| Reserve::for_higher(8.0, &[(4.0, 400.0)], 400.0, tier));
     ClassView { ahead: QueueAhead::new(8.0, 400.0), reserve, ..view(curve, false, false) }
 }
 

@@ -901,11 +901,11 @@ impl Controller {
             .map(|n| {
                 let tier = self.policies[*n].tier;
                 let higher = adaptive.iter().zip(&claims).filter(|(m, c)| c.tier < tier && offering.contains(m));
-                let higher = higher.map(|(_, c)| c);
-                let top = higher.clone().map(|c| c.tier).min();
-                let demand: f64 = higher.map(|c| c.demand).sum();
+                let top = higher.clone().map(|(_, c)| c.tier).min();
+                let higher: Vec<(f64, f64)> = higher.map(|(m, c)| (c.demand, slacks[*m].mean_service_ms)).collect();
                 let known = source != CapacitySource::MaxRates;
-                (*n, top.filter(|_| known).and_then(|top| Reserve::for_demand(capacity, demand, top)))
+                let job_mean_ms = slacks[*n].mean_service_ms;
+                (*n, top.filter(|_| known).and_then(|top| Reserve::for_higher(capacity, &higher, job_mean_ms, top)))
             })
             .collect();
 

@@ -10,23 +10,29 @@
 //! it, at least `R` workers stay free. The higher tier's own jobs count as
 //! busy too, so it always has `R` spare workers beyond what it runs now.
 //!
-//! `R = max(1, ⌊√(2m)⌋)`, `m` the higher tiers' demand in workers (by
-//! Little's law, how many of their jobs are in service on average). The
-//! number of a Poisson stream's jobs in service is itself Poisson, mean `m`.
-//! The job about to start keeps its worker for its whole service time, most
-//! often many of the higher tier's: by the time it is done, the higher
-//! tier's count has moved from what it is now to an independent draw, and
-//! the difference of two such draws has a standard deviation of `√(2m)`.
-//! The reserve covers a rise of one deviation at once, and the higher tier's
-//! queue the rest (rounded down, so that the noise of a demand estimate does
-//! not tip it over: each reserved worker is one the lower tier loses while
-//! the backend is full). Where the server holds a lower tier's jobs rather
-//! than refusing them, one is always waiting to take a freed worker, so the
-//! backend runs at this line; `⌊√m⌋`, a deviation of the count alone, cost
-//! the critical tier of the drill's two multi-tier workloads 1.5–2% of its
-//! jobs there (four job plans each, 2026-12-01), `⌊√(2m)⌋` 0–1.6%. It
-//! costs the lower tier at most `R` workers, and only while the backend is
-//! full.
+//! `R = max(1, ⌊√v⌋)`, `v` the variance of how far the higher tiers' count
+//! of jobs in service moves while the job about to start holds its worker.
+//! A class with demand `m` workers (by Little's law, how many of its jobs
+//! are in service on average) and jobs of mean `S` has a Poisson count,
+//! mean `m`. Over a hold of `t` it moves by a difference of variance
+//! `2m(1 − ρ(t))`, `ρ` the count's autocorrelation: `2m` once `t` spans
+//! many of its jobs (two independent draws), and at most `2m·t/S` before
+//! (a job in service ends within `t` with chance at most `t/S`, and as many
+//! arrive: `1 − ρ(t)` is the distribution of a job's remaining service, whose
+//! density is at most `1/S`). So the job's class holds its worker for its
+//! mean service `s`, and `v = Σ 2·m·min(1, s/S)` over the higher classes: a
+//! lower tier of long jobs leaves about `√(2m)`, one of jobs much shorter
+//! than the higher tier's leaves one, since the count barely moves before
+//! the worker is back. The reserve covers a rise of one deviation at once,
+//! and the higher tier's queue the rest (rounded down, so that the noise of
+//! a demand estimate does not tip it over: each reserved worker is one the
+//! lower tier loses while the backend is full). Where the server holds a
+//! lower tier's jobs rather than refusing them, one is always waiting to
+//! take a freed worker, so the backend runs at this line; `⌊√m⌋`, a
+//! deviation of the count alone, cost the critical tier of the drill's two
+//! multi-tier workloads 1.5–2% of its jobs there (four job plans each,
+//! 2026-12-01), `⌊√(2m)⌋` 0–1.6%. It costs the lower tier at most `R`
+//! workers, and only while the backend is full.
 
 use serde::Serialize;
 
@@ -44,12 +50,17 @@ pub struct Reserve {
 }
 
 impl Reserve {
-    /// The reserve for a class below tiers that bring `higher_demand`
-    /// worker-seconds per second, or None when they bring nothing.
-    pub fn for_demand(capacity: f64, higher_demand: f64, for_tier: Tier) -> Option<Reserve> {
-        (higher_demand > 0.0 && capacity.is_finite() && capacity > 0.0).then(|| Reserve {
+    /// The reserve for a class whose jobs hold a worker for `job_mean_ms` on
+    /// average, below `higher` classes, each (demand in worker-seconds per
+    /// second, mean service ms); None when they bring nothing.
+    pub fn for_higher(capacity: f64, higher: &[(f64, f64)], job_mean_ms: f64, for_tier: Tier) -> Option<Reserve> {
+        let demand: f64 = higher.iter().map(|(d, _)| d).sum();
+        // An unknown mean on either side counts as a long hold.
+        let moved = |mean_ms: f64| if mean_ms > 0.0 { (job_mean_ms / mean_ms).min(1.0) } else { 1.0 };
+        let variance: f64 = higher.iter().map(|&(d, mean_ms)| 2.0 * d * moved(mean_ms)).sum();
+        (demand > 0.0 && capacity.is_finite() && capacity > 0.0).then(|| Reserve {
             capacity,
-            workers: (2.0 * higher_demand).sqrt().floor().max(1.0),
+            workers: variance.sqrt().floor().max(1.0),
             for_tier,
         })
     }
@@ -66,6 +77,7 @@ mod tests {
 
     #[test]
     fn keeps_about_one_deviation_of_the_higher_tier_free() {
+        // Jobs as long as the higher tier's: the count moves fully, √(2m).
         // (higher tiers' demand in workers, capacity, running, may start)
         let cases: &[(f64, f64, f64, bool)] = &[
             (0.4, 8.0, 6.0, true),     // R = 1: the 7th job leaves 1 free
@@ -80,10 +92,28 @@ mod tests {
             (50.0, 64.0, 54.0, false), //
         ];
         for &(demand, capacity, running, starts) in cases {
-            let r = Reserve::for_demand(capacity, demand, Tier::Critical).expect("a reserve");
+            let r = Reserve::for_higher(capacity, &[(demand, 500.0)], 500.0, Tier::Critical).expect("a reserve");
             assert_eq!(r.allows(running), starts, "demand {demand}, capacity {capacity}, running {running}");
         }
-        assert_eq!(Reserve::for_demand(8.0, 0.0, Tier::Critical), None, "no higher demand, no reserve");
-        assert_eq!(Reserve::for_demand(f64::INFINITY, 2.0, Tier::Critical), None, "no known capacity");
+        assert_eq!(Reserve::for_higher(8.0, &[(0.0, 500.0)], 500.0, Tier::Critical), None, "no higher demand");
+        assert_eq!(Reserve::for_higher(f64::INFINITY, &[(2.0, 500.0)], 500.0, Tier::Critical), None, "no capacity");
+    }
+
+    #[test]
+    fn a_short_job_leaves_fewer_free_since_the_higher_count_barely_moves_before_it_ends() {
+        // (higher classes as (demand, mean ms), the job's mean ms, workers kept free)
+        let rows: &[(&[(f64, f64)], f64, f64)] = &[
+            (&[(12.5, 1_000.0)], 2_000.0, 5.0),            // longer than theirs: √25
+            (&[(12.5, 1_000.0)], 1_000.0, 5.0),            // as long
+            (&[(12.5, 1_000.0)], 250.0, 2.0),              // a quarter: √6.25
+            (&[(12.5, 1_000.0)], 40.0, 1.0),               // brief: still one
+            (&[(8.0, 1_000.0), (4.5, 100.0)], 100.0, 3.0), // √(1.6 + 9): per class
+            (&[(12.5, 0.0)], 40.0, 5.0),                   // their mean unknown: a full move
+            (&[(12.5, 1_000.0)], f64::NAN, 5.0),           // the job's mean unknown
+        ];
+        for &(higher, job_ms, workers) in rows {
+            let r = Reserve::for_higher(64.0, higher, job_ms, Tier::Critical).expect("a reserve");
+            assert_eq!(r.workers, workers, "higher {higher:?}, a job of {job_ms} ms");
+        }
     }
 }
