@@ -101,8 +101,10 @@ mod tests {
 
     #[test]
     fn a_short_job_leaves_fewer_free_since_the_higher_count_barely_moves_before_it_ends() {
-        // (higher classes as (demand, mean ms), the job's mean ms, workers kept free)
-        let rows: &[(&[(f64, f64)], f64, f64)] = &[
+        // Higher classes, each (demand, mean service ms).
+        type Higher = &'static [(f64, f64)];
+        // (higher classes, the job's mean ms, workers kept free)
+        let rows: &[(Higher, f64, f64)] = &[
             (&[(12.5, 1_000.0)], 2_000.0, 5.0),            // longer than theirs: √25
             (&[(12.5, 1_000.0)], 1_000.0, 5.0),            // as long
             (&[(12.5, 1_000.0)], 250.0, 2.0),              // a quarter: √6.25
