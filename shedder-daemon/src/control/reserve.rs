@@ -19,9 +19,10 @@
 //! many of its jobs (two independent draws), and at most `2m·t/S` before
 //! (a job in service ends within `t` with chance at most `t/S`, and as many
 //! arrive: `1 − ρ(t)` is the distribution of a job's remaining service, whose
-//! density is at most `1/S`). So the job's class holds its worker for its
-//! mean service `s`, and `v = Σ 2·m·min(1, s/S)` over the higher classes: a
-//! lower tier of long jobs leaves about `√(2m)`, one of jobs much shorter
+//! density is at most `1/S`). With `t` the starting job's class's mean
+//! service `s` (as `1 − ρ` is concave, no less than its average over the
+//! job's actual service), `v = Σ 2·m·min(1, s/S)` over the higher classes:
+//! a lower tier of long jobs leaves about `√(2m)`, one of jobs much shorter
 //! than the higher tier's leaves one, since the count barely moves before
 //! the worker is back. The reserve covers a rise of one deviation at once,
 //! and the higher tier's queue the rest (rounded down, so that the noise of
