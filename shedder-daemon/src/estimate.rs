@@ -795,7 +795,7 @@ mod tests {
     fn quantiles_of_a_lognormal_are_within_a_few_percent() {
         // The drill's service time: p50 120 ms, p95 400 ms.
         let mu = 120f64.ln();
-        let sigma = (400f64 / 120.0).ln() / 1.644_853_6;
+        let sigma = (400f64 / 120.0).ln() / crate::service_curve::Z95;
         let mut est = one_class(EstimatorParams::default(), ClassPrior::default());
         let mut rng = SmallRng::seed_from_u64(7);
         let mut exact = Vec::new();

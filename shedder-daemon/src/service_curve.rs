@@ -25,7 +25,7 @@ fn grid(i: usize) -> f64 {
 pub const MEAN_SHIFT_DEVIATIONS: f64 = 3.0;
 
 /// The standard normal's 95th percentile: a lognormal's σ from its p50 and p95.
-const Z95: f64 = 1.644_853_6;
+pub const Z95: f64 = 1.644_853_6;
 
 /// Service time as a curve. All times in ms.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

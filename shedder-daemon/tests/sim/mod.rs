@@ -21,6 +21,7 @@ use rand::{RngExt, SeedableRng};
 use shedder_daemon::admit::{AdmitPolicy, AdmitRequest, QueueAge, Verdict, admit};
 use shedder_daemon::control::{Action, Budget, ClassPolicy, ControlParams, Controller, Decision, TickInputs, Tier};
 use shedder_daemon::estimate::{ClassPrior, EstimatorParams, Estimators};
+use shedder_daemon::service_curve::Z95;
 use shedder_daemon::telemetry::Observation;
 
 pub const TICK_MS: u64 = 100;
@@ -178,7 +179,7 @@ fn plan(w: &Workload, seed: u64) -> Vec<Job> {
 }
 
 fn lognormal(rng: &mut SmallRng, p50: f64, p95: f64) -> f64 {
-    let sigma = (p95 / p50).ln() / 1.644_853_6;
+    let sigma = (p95 / p50).ln() / Z95;
     let u1: f64 = 1.0 - rng.random::<f64>();
     let u2: f64 = rng.random();
     let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
