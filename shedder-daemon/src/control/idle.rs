@@ -10,7 +10,8 @@
 
 use serde::Serialize;
 
-use super::{ControlParams, Slack};
+use super::params::ControlParams;
+use super::slack::Slack;
 
 /// What the tick called idle by, for `admit` to check a job against.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]

@@ -75,7 +75,7 @@
 //! window there is pure lag) and, when the class reports its queue depth,
 //! `depth / drain rate` (Little's law: under FIFO, the wait of a job arriving
 //! now), whichever is larger. The service term takes the larger of the window
-//! and recent p95s (fast attack, slow release). See [`slack`].
+//! and recent p95s (fast attack, slow release). See [`super::slack`].
 //!
 //! **Evidence.** A slack built from priors alone never cuts: priors are
 //! guesses, and a class without data should not lose its budget to a guess.
@@ -88,7 +88,7 @@
 //! recovers sooner and is noisier.
 //!
 
-use super::ControlParams;
+use super::params::ControlParams;
 use super::slack::Slack;
 
 /// Why a cut happened (it goes into the decision's reason).

@@ -19,7 +19,7 @@
 //! An operator can still set `safety_ms`; one that leaves no room for even
 //! a typical job is refused at config load ([`check_configured`]).
 
-use super::ControlParams;
+use super::params::ControlParams;
 use crate::estimate::RELATIVE_ACCURACY;
 use crate::service_curve::ServiceCurve;
 

@@ -43,7 +43,8 @@
 
 use serde::Serialize;
 
-use super::{ClassPolicy, ControlParams, safety};
+use super::params::{ClassPolicy, ControlParams};
+use super::safety;
 use crate::estimate::{ClassEstimate, Source};
 use crate::service_curve::ServiceCurve;
 use crate::telemetry::freshness::StaleInput;
