@@ -85,6 +85,7 @@
 
 pub mod ahead;
 mod allocate;
+mod budget;
 pub mod capacity;
 pub mod decision;
 mod feed;
@@ -107,6 +108,7 @@ use serde::Serialize;
 
 pub use ahead::QueueAhead;
 use allocate::{Claim, allocate};
+use budget::{ClassFacts, TickFacts};
 pub use capacity::{CapacityModel, CapacitySource};
 pub use decision::{Action, Decision, DecisionLog};
 pub use gate::{GateParams, GpuSummary};
@@ -117,7 +119,7 @@ use law::{Law, Move};
 pub use params::{Budget, ClassPolicy, ControlParams, InvalidControl};
 pub use reserve::Reserve;
 pub use slack::{Slack, Stale, slack};
-use starts::{Backend, StartLog};
+use starts::StartLog;
 pub use tier::Tier;
 pub use wait_limit::WaitLimit;
 use wait_limit::{Waiting, wait_limit};
@@ -154,9 +156,6 @@ struct State {
 
 /// How long a class's demand is remembered after it falls, s.
 pub const DEMAND_MEMORY_S: f64 = 1.0;
-
-/// A starved budget's rise per tick.
-const PROBE_STEP: f64 = 1.25;
 
 /// The model's view of one class at the last tick: what job-level
 /// admission ([`crate::admit`]) judges a job against, so that the `admit`
@@ -404,7 +403,6 @@ impl Controller {
         let work = |rates: &BTreeMap<String, f64>, name: &str| {
             rates.get(name).copied().unwrap_or(0.0) * slacks[name].mean_service_ms / 1000.0
         };
-        let rate_of = |rates: &BTreeMap<String, f64>, name: &str| rates.get(name).copied().unwrap_or(0.0);
         // Jobs/s a class brings: what it offered, or what got in if more.
         let asked = |name: &str| rate_of(input.offered, name).max(rate_of(input.admitted, name));
 
@@ -618,6 +616,21 @@ impl Controller {
         let waiting: Vec<Waiting> = offering.iter().filter(|_| ahead.is_some()).map(|n| as_waiting[n]).collect();
         let two_starts_ms = ahead.map_or(0.0, |q| q.wait_ms(1.0, None));
 
+        let facts = TickFacts {
+            params: &p,
+            offered: input.offered,
+            admitted: input.admitted,
+            wasted: input.wasted,
+            trimmed: input.trimmed,
+            starts: &self.starts,
+            capacity,
+            effective,
+            demand,
+            admission,
+            backlogged,
+            binding,
+            headroom,
+        };
         let mut decisions = Vec::new();
         for (name, policy) in &self.policies {
             let s = slacks[name];
@@ -641,7 +654,6 @@ impl Controller {
                             format!("{}: opportunistic class held at min_rate {min_rate}/s", gpu_summary.words()),
                         )
                     } else {
-                        let share = allocation[name];
                         let mut words = Vec::new();
                         if hold.draining() {
                             words.push(hold.words());
@@ -649,90 +661,23 @@ impl Controller {
                         if let Some(limit) = &limit {
                             words.push(limit.words());
                         }
-                        let allotted = binding && share < state.demand;
-                        // A spare worker at every recent start while this
-                        // class's connections are refused: the budget starves
-                        // the backend (a mean that lags work grown cheaper).
-                        let kept = reserve.map_or(0.0, |r| r.workers);
-                        let refusing = rate_of(input.offered, name) > rate_of(input.admitted, name);
-                        state.probe = match self.starts.backend(capacity, kept) {
-                            // Overload back, or a queue standing with every worker taken.
-                            _ if !allotted || effective < capacity => 0.0,
-                            Backend::Full if backlogged => 0.0,
-                            Backend::Starved if refusing => state.probe.max(state.published) * PROBE_STEP,
-                            _ => state.probe,
+                        let class = ClassFacts {
+                            name,
+                            policy,
+                            slack: &s,
+                            share: allocation[name],
+                            reserve,
+                            idle: idle.is_some(),
                         };
-                        // The jobs/s the allotment finishes.
-                        let jobs = share * 1000.0 / s.mean_service_ms.max(1e-9);
-                        // A queue that `admit` trims at start to the jobs
-                        // that can still make it needs feeding faster.
-                        let trimmed = rate_of(input.trimmed, name) > 0.0;
-                        let headroom = if trimmed && headroom > 0.0 {
-                            feed::headroom(headroom, jobs, s.room_ms())
-                        } else {
-                            headroom
-                        };
-                        let mut target = if allotted {
-                            words.push(format!(
-                                "demand {demand:.2} > available {admission:.2} worker-s/s: {} class, weight {}, \
-                                 allotted {share:.2} worker-s/s = {jobs:.2} jobs/s at mean service {:.0} ms, +{:.0}% headroom",
-                                policy.tier.as_str(),
-                                policy.weight,
-                                s.mean_service_ms,
-                                headroom * 100.0
-                            ));
-                            let model = jobs * (1.0 + headroom);
-                            if state.probe > model {
-                                words.push(format!(
-                                    "raised to {:.2} jobs/s: workers were free under it (the mean lags)",
-                                    state.probe
-                                ));
-                            }
-                            model.max(state.probe)
-                        } else if binding {
-                            words.push(format!(
-                                "demand {demand:.2} > available {admission:.2} worker-s/s, but the {} tier's \
-                                 allotment covers this class's {share:.2}: no limit",
-                                policy.tier.as_str()
-                            ));
-                            max_rate
-                        } else if demand > admission {
-                            words.push(format!(
-                                "demand {demand:.2} > available {admission:.2} worker-s/s, but no backlog stands \
-                                 and the law has not cut: no limit"
-                            ));
-                            max_rate
-                        } else {
-                            words.push(format!("demand {demand:.2} <= available {admission:.2} worker-s/s: no limit"));
-                            max_rate
-                        };
-                        // Work the fast path let in only for `admit` to refuse
-                        // it is named, not cut from the budget: the headroom is
-                        // what keeps the queue fed between bursts, and giving it
-                        // up idled workers without moving refusals to the NIC
-                        // (measured on the reference drill; docs/control.md).
-                        let admitted = rate_of(input.admitted, name);
-                        let waste =
-                            if admitted > 0.0 { (rate_of(input.wasted, name) / admitted).min(1.0) } else { 0.0 };
-                        if binding && share < state.demand && waste > p.waste_tolerance {
-                            words.push(format!(
-                                "admit refused {:.0}% of what the fast path let in (the queue's variance: \
-                                 the headroom stays)",
-                                waste * 100.0
-                            ));
-                        }
-                        if target < rate_of(input.offered, name) && idle.is_some() && !binding {
-                            // The sanity guard: never refuse an idle backend's work.
-                            words.push(
-                                "backend idle (short queue, free workers): sanity guard keeps the class open".into(),
-                            );
+                        let target = budget::adaptive(&facts, &class, state, max_rate);
+                        words.extend(target.words);
+                        if target.guarded {
                             guard_class.get_or_insert_with(|| name.clone());
-                            target = max_rate;
                         }
                         if was_gated {
                             words.push(format!("{}: GPU gate open again", gpu_summary.words()));
                         }
-                        (target.clamp(min_rate, max_rate), words.join("; "))
+                        (target.rate.clamp(min_rate, max_rate), words.join("; "))
                     }
                 }
             };
@@ -812,6 +757,11 @@ impl Controller {
         self.last_gpu = Some(gpu_summary);
         decisions
     }
+}
+
+/// A class's rate in a per-class map of rates; 0 where it is left out.
+fn rate_of(rates: &BTreeMap<String, f64>, name: &str) -> f64 {
+    rates.get(name).copied().unwrap_or(0.0)
 }
 
 /// The capacity model and the shared law's move, in words.
