@@ -6,7 +6,10 @@ use std::collections::VecDeque;
 use serde::Serialize;
 
 use super::CapacityPlan;
+use super::capacity::CapacitySource;
 use super::gate::GpuSummary;
+use super::law::Move;
+use super::params::ControlParams;
 use super::slack::Slack;
 
 /// What kind of change a decision made.
@@ -149,4 +152,37 @@ impl DecisionLog {
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
+}
+
+/// The capacity model and the shared law's move, in words.
+pub(super) fn model_words(plan: &CapacityPlan, s: &Slack, class: &str, law: &Move, p: &ControlParams) -> String {
+    let mut w = format!(
+        "capacity {:.2} worker-s/s ({}), effective {:.2}, busy {:.2}{}; {class}: on-time chance of a job arriving now \
+         {:.2} (threshold {:.2} = {:.2} x best {:.2}), slack {:.0} ms = deadline {:.0} − {} − {} − {}",
+        plan.capacity,
+        plan.source.map_or("none", CapacitySource::as_str),
+        plan.effective,
+        plan.busy,
+        if plan.backlogged { ", backlogged" } else { "" },
+        s.p_on_time,
+        s.threshold,
+        p.admit_confidence,
+        s.best_chance,
+        s.slack_ms,
+        s.deadline_ms,
+        s.queue_term_words(),
+        s.service_term_words(),
+        s.safety_words()
+    );
+    match law {
+        Move::Cut { factor, base, .. } => w.push_str(&format!(
+            "; effective capacity cut x{factor:.2} from {base:.2} worker-s/s on {}'s slack",
+            plan.pressure_class.as_deref().unwrap_or("?")
+        )),
+        Move::Recover { per_s } => {
+            w.push_str(&format!("; effective capacity recovering at +{per_s:.2} worker-s/s per s"))
+        }
+        Move::Stay => {}
+    }
+    w
 }

@@ -110,6 +110,7 @@ pub use ahead::QueueAhead;
 use allocate::{Claim, allocate};
 use budget::{ClassFacts, TickFacts};
 pub use capacity::{CapacityModel, CapacitySource};
+use decision::model_words;
 pub use decision::{Action, Decision, DecisionLog};
 pub use gate::{GateParams, GpuSummary};
 pub use hold::Hold;
@@ -731,70 +732,43 @@ impl Controller {
                 },
             );
         }
-        match guard_class {
-            Some(class) => {
-                *self.guard_trips.entry(class.clone()).or_default() += 1;
-                let state = self.states.get_mut(&class).expect("a state for every policy");
-                if !std::mem::replace(&mut state.guard_logged, true) {
-                    let s = &slacks[&class];
-                    tracing::warn!(
-                        class = %class,
-                        "sanity guard: the model would refuse {class}'s work while the backend is idle \
-                         (busy {busy:.2} of {capacity:.2} worker-s/s, {}); slack {:.0} ms = deadline {:.0} − {} − {} − {}; \
-                         admitting instead. A safety margin or prior too tight for this class is the usual cause",
-                        s.queue_term_words(),
-                        s.slack_ms,
-                        s.deadline_ms,
-                        s.queue_term_words(),
-                        s.service_term_words(),
-                        s.safety_words()
-                    );
-                }
-            }
-            None => self.states.values_mut().for_each(|s| s.guard_logged = false),
-        }
+        self.note_guard(guard_class, &slacks);
         self.last_slacks = slacks;
         self.last_gpu = Some(gpu_summary);
         decisions
+    }
+
+    /// Counts a tick on which the sanity guard kept `class` open, and logs
+    /// the first of each episode; no class: the episode is over.
+    fn note_guard(&mut self, class: Option<String>, slacks: &BTreeMap<String, Slack>) {
+        let Some(class) = class else {
+            self.states.values_mut().for_each(|s| s.guard_logged = false);
+            return;
+        };
+        *self.guard_trips.entry(class.clone()).or_default() += 1;
+        let state = self.states.get_mut(&class).expect("a state for every policy");
+        if std::mem::replace(&mut state.guard_logged, true) {
+            return;
+        }
+        let (s, busy, capacity) = (&slacks[&class], self.plan.busy, self.plan.capacity);
+        tracing::warn!(
+            class = %class,
+            "sanity guard: the model would refuse {class}'s work while the backend is idle \
+             (busy {busy:.2} of {capacity:.2} worker-s/s, {}); slack {:.0} ms = deadline {:.0} − {} − {} − {}; \
+             admitting instead. A safety margin or prior too tight for this class is the usual cause",
+            s.queue_term_words(),
+            s.slack_ms,
+            s.deadline_ms,
+            s.queue_term_words(),
+            s.service_term_words(),
+            s.safety_words()
+        );
     }
 }
 
 /// A class's rate in a per-class map of rates; 0 where it is left out.
 fn rate_of(rates: &BTreeMap<String, f64>, name: &str) -> f64 {
     rates.get(name).copied().unwrap_or(0.0)
-}
-
-/// The capacity model and the shared law's move, in words.
-fn model_words(plan: &CapacityPlan, s: &Slack, class: &str, law: &Move, p: &ControlParams) -> String {
-    let mut w = format!(
-        "capacity {:.2} worker-s/s ({}), effective {:.2}, busy {:.2}{}; {class}: on-time chance of a job arriving now \
-         {:.2} (threshold {:.2} = {:.2} x best {:.2}), slack {:.0} ms = deadline {:.0} − {} − {} − {}",
-        plan.capacity,
-        plan.source.map_or("none", CapacitySource::as_str),
-        plan.effective,
-        plan.busy,
-        if plan.backlogged { ", backlogged" } else { "" },
-        s.p_on_time,
-        s.threshold,
-        p.admit_confidence,
-        s.best_chance,
-        s.slack_ms,
-        s.deadline_ms,
-        s.queue_term_words(),
-        s.service_term_words(),
-        s.safety_words()
-    );
-    match law {
-        Move::Cut { factor, base, .. } => w.push_str(&format!(
-            "; effective capacity cut x{factor:.2} from {base:.2} worker-s/s on {}'s slack",
-            plan.pressure_class.as_deref().unwrap_or("?")
-        )),
-        Move::Recover { per_s } => {
-            w.push_str(&format!("; effective capacity recovering at +{per_s:.2} worker-s/s per s"))
-        }
-        Move::Stay => {}
-    }
-    w
 }
 
 fn initial_state(policy: &ClassPolicy) -> State {
