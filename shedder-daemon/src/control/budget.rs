@@ -14,7 +14,6 @@ use super::params::{ClassPolicy, ControlParams};
 use super::reserve::Reserve;
 use super::slack::Slack;
 use super::starts::{Backend, StartLog};
-use super::{State, rate_of};
 
 /// A starved budget's rise per tick.
 const PROBE_STEP: f64 = 1.25;
@@ -51,6 +50,9 @@ pub(super) struct ClassFacts<'a> {
     pub reserve: Option<Reserve>,
     /// The sanity guard's test found the backend idle.
     pub idle: bool,
+    /// Its demand, worker-seconds/s, and its budget as published, jobs/s.
+    pub demand: f64,
+    pub published: f64,
 }
 
 /// What the budget came to.
@@ -63,24 +65,29 @@ pub(super) struct Target {
     pub guarded: bool,
 }
 
+/// A class's rate in a per-class map of rates; 0 where it is left out.
+pub(super) fn rate_of(rates: &BTreeMap<String, f64>, name: &str) -> f64 {
+    rates.get(name).copied().unwrap_or(0.0)
+}
+
 /// The budget of an adaptive class whose most is `max_rate`; updates the
-/// class's starved-backend floor (`state.probe`).
-pub(super) fn adaptive(tick: &TickFacts, class: &ClassFacts, state: &mut State, max_rate: f64) -> Target {
+/// class's starved-backend floor, `probe` (jobs/s, 0 for none).
+pub(super) fn adaptive(tick: &TickFacts, class: &ClassFacts, probe: &mut f64, max_rate: f64) -> Target {
     let TickFacts { capacity, effective, demand, admission, backlogged, binding, .. } = *tick;
     let (name, policy, s, share) = (class.name, class.policy, class.slack, class.share);
     let mut words = Vec::new();
-    let allotted = binding && share < state.demand;
+    let allotted = binding && share < class.demand;
     // A spare worker at every recent start while this class's connections
     // are refused: the budget starves the backend (a mean that lags work
     // grown cheaper).
     let kept = class.reserve.map_or(0.0, |r| r.workers);
     let refusing = rate_of(tick.offered, name) > rate_of(tick.admitted, name);
-    state.probe = match tick.starts.backend(capacity, kept) {
+    *probe = match tick.starts.backend(capacity, kept) {
         // Overload back, or a queue standing with every worker taken.
         _ if !allotted || effective < capacity => 0.0,
         Backend::Full if backlogged => 0.0,
-        Backend::Starved if refusing => state.probe.max(state.published) * PROBE_STEP,
-        _ => state.probe,
+        Backend::Starved if refusing => probe.max(class.published) * PROBE_STEP,
+        _ => *probe,
     };
     // The jobs/s the allotment finishes.
     let jobs = share * 1000.0 / s.mean_service_ms.max(1e-9);
@@ -99,10 +106,10 @@ pub(super) fn adaptive(tick: &TickFacts, class: &ClassFacts, state: &mut State, 
             headroom * 100.0
         ));
         let model = jobs * (1.0 + headroom);
-        if state.probe > model {
-            words.push(format!("raised to {:.2} jobs/s: workers were free under it (the mean lags)", state.probe));
+        if *probe > model {
+            words.push(format!("raised to {:.2} jobs/s: workers were free under it (the mean lags)", *probe));
         }
-        model.max(state.probe)
+        model.max(*probe)
     } else if binding {
         words.push(format!(
             "demand {demand:.2} > available {admission:.2} worker-s/s, but the {} tier's \

@@ -108,7 +108,7 @@ use serde::Serialize;
 
 pub use ahead::QueueAhead;
 use allocate::{Claim, allocate};
-use budget::{ClassFacts, TickFacts};
+use budget::{ClassFacts, TickFacts, rate_of};
 pub use capacity::{CapacityModel, CapacitySource};
 use decision::model_words;
 pub use decision::{Action, Decision, DecisionLog};
@@ -401,9 +401,8 @@ impl Controller {
                 (name.clone(), s)
             })
             .collect();
-        let work = |rates: &BTreeMap<String, f64>, name: &str| {
-            rates.get(name).copied().unwrap_or(0.0) * slacks[name].mean_service_ms / 1000.0
-        };
+        let work =
+            |rates: &BTreeMap<String, f64>, name: &str| rate_of(rates, name) * slacks[name].mean_service_ms / 1000.0;
         // Jobs/s a class brings: what it offered, or what got in if more.
         let asked = |name: &str| rate_of(input.offered, name).max(rate_of(input.admitted, name));
 
@@ -669,8 +668,10 @@ impl Controller {
                             share: allocation[name],
                             reserve,
                             idle: idle.is_some(),
+                            demand: state.demand,
+                            published: state.published,
                         };
-                        let target = budget::adaptive(&facts, &class, state, max_rate);
+                        let target = budget::adaptive(&facts, &class, &mut state.probe, max_rate);
                         words.extend(target.words);
                         if target.guarded {
                             guard_class.get_or_insert_with(|| name.clone());
@@ -764,11 +765,6 @@ impl Controller {
             s.safety_words()
         );
     }
-}
-
-/// A class's rate in a per-class map of rates; 0 where it is left out.
-fn rate_of(rates: &BTreeMap<String, f64>, name: &str) -> f64 {
-    rates.get(name).copied().unwrap_or(0.0)
 }
 
 fn initial_state(policy: &ClassPolicy) -> State {
