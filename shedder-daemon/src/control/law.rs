@@ -18,7 +18,8 @@
 //!                better than it was then, and the depth no lower: deficit = −s
 //!                (better than then: no cut, the reference moves to now)
 //!   every cut sets the reference (time, slack, depth) to now
-//! 0 ≤ s < h              hold: the dead band, h = recover_headroom·D                    [10%]
+//! 0 ≤ s < h              hold: the dead band, h = min(recover_headroom·D, room/2)       [10%]
+//!                                  room = D − service term − safety: s with no queue at all
 //! s ≥ h                  recover   r ← r + max_rate·recovery_per_s·taper·dt             [5%/s]
 //!                                  taper = min(1, (s − h)/(full − h)), full = recover_full_at·D [50%]
 //! ```
@@ -40,7 +41,11 @@
 //! **Rest, or a bounded cycle.** Between `0` and `h` nothing moves, and the
 //! taper slows the climb as the slack shrinks: a class whose deadline is
 //! mostly spent in service (the drill's tail: 1800 ms of a 3000 ms deadline)
-//! probes at about half speed. Because slack is monotone in the rate, the
+//! probes at about half speed. The band never takes more than half the
+//! class's room: a class whose service and safety leave it less than a
+//! tenth of its deadline (a p95 of 880 ms against 1 s) could never show a
+//! slack of `recover_headroom·D` even with an empty queue, and one cut would
+//! hold for good; it climbs, slowly, once its queue is short. Because slack is monotone in the rate, the
 //! dead band is an interval of rates just below `r*`, and a rate inside it
 //! stays there. When the noise of the estimates is wider than the band, what
 //! remains is the AIMD cycle: its amplitude is bounded by the overshoot made
@@ -90,6 +95,10 @@
 
 use super::params::ControlParams;
 use super::slack::Slack;
+
+/// The most of a class's room (its slack with no queue) the dead band
+/// may take.
+const ROOM_SHARE_OF_BAND: f64 = 0.5;
 
 /// Why a cut happened (it goes into the decision's reason).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -241,7 +250,11 @@ impl Law {
         }
 
         self.episode = None;
-        let headroom = p.recover_headroom * s.deadline_ms;
+        // Never more than half the room the class has with no queue at
+        // all: a class whose service takes nearly all its deadline can never
+        // show a slack of a tenth of it, and a band above its room would
+        // hold a cut for good.
+        let headroom = (p.recover_headroom * s.deadline_ms).min(ROOM_SHARE_OF_BAND * s.room_ms().max(0.0));
         if s.slack_ms < headroom || self.rate >= max_rate {
             return Move::Stay;
         }
@@ -430,6 +443,27 @@ mod tests {
         s.service_source = Source::Prior;
         assert_eq!(law.step(&p, &s, 0, 0.1, None, 10_000, 1.0, 40.0), Move::Stay);
         assert_eq!(law.rate, 40.0);
+    }
+
+    #[test]
+    fn a_class_with_less_room_than_the_band_still_recovers() {
+        let p = ControlParams::default();
+        // Service term 2600 ms and safety 250 ms of a 3000 ms deadline: 150
+        // ms of room, under the 300 ms band of a tenth of the deadline. The
+        // band is then 75 ms: the law climbs from there, tapered.
+        let tight = |slack_ms: f64| Slack { service_term_ms: 2_600.0, ..slack(slack_ms) };
+        // (slack, moves)
+        let rows = [(50.0, false), (74.0, false), (100.0, true), (150.0, true)];
+        for (slack_ms, moves) in rows {
+            let mut law = Law::new(10.0);
+            let before = law.rate;
+            law.step(&p, &tight(slack_ms), 0, 0.1, None, 10_000, 1.0, 40.0);
+            assert_eq!(law.rate > before, moves, "slack {slack_ms} ms");
+        }
+        // A roomy class keeps the band of a tenth of its deadline.
+        let mut law = Law::new(10.0);
+        law.step(&p, &slack(150.0), 0, 0.1, None, 10_000, 1.0, 40.0);
+        assert_eq!(law.rate, 10.0);
     }
 
     #[test]
