@@ -45,13 +45,14 @@
 //! class's room: a class whose service and safety leave it less than a
 //! tenth of its deadline (a p95 of 880 ms against 1 s) could never show a
 //! slack of `recover_headroom·D` even with an empty queue, and one cut would
-//! hold for good; it climbs, slowly, once its queue is short. Because slack is monotone in the rate, the
-//! dead band is an interval of rates just below `r*`, and a rate inside it
-//! stays there. When the noise of the estimates is wider than the band, what
-//! remains is the AIMD cycle: its amplitude is bounded by the overshoot made
-//! during one detection delay (the queue must grow by `h`'s worth of wait
-//! before the slack sees it, about √(2·depth·climb rate) above `r*`) plus one
-//! cut, and it does not grow, because nothing in the law integrates it.
+//! hold for good; it climbs, slowly, once its queue is short. Because slack
+//! is monotone in the rate, the dead band is an interval of rates just below
+//! `r*`, and a rate inside it stays there. When the noise of the estimates
+//! is wider than the band, what remains is the AIMD cycle: its amplitude is
+//! bounded by the overshoot made during one detection delay (the queue must
+//! grow by `h`'s worth of wait before the slack sees it, about
+//! √(2·depth·climb rate) above `r*`) plus one cut, and it does not grow,
+//! because nothing in the law integrates it.
 //!
 //! **Lag and wind-up.** The estimates lag: a p95 over a window `W` (10 s)
 //! rises fast (5% of the window being bad is enough) but falls slowly (the bad
@@ -96,9 +97,9 @@
 use super::params::ControlParams;
 use super::slack::Slack;
 
-/// The most of a class's room (its slack with no queue) the dead band
-/// may take.
-const ROOM_SHARE_OF_BAND: f64 = 0.5;
+/// The largest share of a class's room (its slack with no queue) that the
+/// dead band may take.
+const BAND_MOST_OF_ROOM: f64 = 0.5;
 
 /// Why a cut happened (it goes into the decision's reason).
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -254,7 +255,7 @@ impl Law {
         // all: a class whose service takes nearly all its deadline can never
         // show a slack of a tenth of it, and a band above its room would
         // hold a cut for good.
-        let headroom = (p.recover_headroom * s.deadline_ms).min(ROOM_SHARE_OF_BAND * s.room_ms().max(0.0));
+        let headroom = (p.recover_headroom * s.deadline_ms).min(BAND_MOST_OF_ROOM * s.room_ms().max(0.0));
         if s.slack_ms < headroom || self.rate >= max_rate {
             return Move::Stay;
         }
