@@ -5,11 +5,11 @@ use std::collections::VecDeque;
 
 use serde::Serialize;
 
-use super::CapacityPlan;
 use super::capacity::CapacitySource;
 use super::gate::GpuSummary;
 use super::law::Move;
 use super::params::ControlParams;
+use super::plan::CapacityPlan;
 use super::slack::Slack;
 
 /// What kind of change a decision made.

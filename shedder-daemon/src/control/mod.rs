@@ -93,7 +93,9 @@ pub mod gate;
 pub mod hold;
 mod idle;
 mod law;
+mod neighbours;
 pub mod params;
+pub mod plan;
 pub mod reserve;
 pub mod safety;
 pub mod slack;
@@ -117,13 +119,15 @@ pub use hold::Hold;
 pub use idle::IdleMarks;
 use idle::{backlog_ms, idle_backend};
 use law::{Law, Move};
+use neighbours::Neighbours;
 pub use params::{Budget, ClassPolicy, ControlParams, InvalidControl};
+pub use plan::CapacityPlan;
+use plan::Reading;
 pub use reserve::Reserve;
 pub use slack::{Slack, Stale, slack};
 use starts::StartLog;
 pub use tier::Tier;
 pub use wait_limit::WaitLimit;
-use wait_limit::{Waiting, wait_limit};
 
 use crate::estimate::ClassEstimate;
 use crate::service_curve::ServiceCurve;
@@ -197,27 +201,6 @@ pub struct ClassView {
     /// tighter deadline, worth as much per worker-second, shares the queue
     /// (see [`wait_limit`]).
     pub wait_limit: Option<WaitLimit>,
-}
-
-/// The capacity model at the last tick, for decisions and `status`.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct CapacityPlan {
-    /// What the backend can do, worker-seconds per second, and whence.
-    pub capacity: f64,
-    pub source: Option<CapacitySource>,
-    /// What the law leaves for admission after its cuts (≤ `capacity`).
-    pub effective: f64,
-    /// Workers in use, worker-seconds per second: scraped running counts,
-    /// else completions × mean service (see [`capacity::busy_workers`]).
-    pub busy: f64,
-    /// Work offered per second by the controlled classes.
-    pub demand: f64,
-    pub backlogged: bool,
-    /// The class whose slack the law acted on.
-    pub pressure_class: Option<String>,
-    /// The queue hold: a queue standing past the room while the rates see
-    /// no overload is drained.
-    pub hold: Hold,
 }
 
 /// What the control loop measured for one tick.
@@ -367,31 +350,152 @@ impl Controller {
     /// One control step at `now`. Returns the budget changes, in class
     /// order; [`Controller::rate`] has the new budgets.
     pub fn tick(&mut self, now: Duration, input: &TickInputs) -> Vec<Decision> {
+        let (now_ms, dt_s) = self.advance_clock(now);
+        let p = self.params.clone();
+        let gpu = self.update_gate(&p, input, now_ms);
+        let slacks = self.measure_slacks(&p, input);
+        let reading = self.read_backend(&p, input, &slacks, dt_s);
+        let law = self.step_law(&p, input, &slacks, &reading, now_ms, dt_s);
+        let sharing = self.share_out(&p, input, &slacks, &reading, law.pressure_class);
+        let neighbours = Neighbours::new(&self.policies, &slacks, &reading);
+
+        let plan = &self.plan;
+        let facts = TickFacts {
+            params: &p,
+            offered: input.offered,
+            admitted: input.admitted,
+            wasted: input.wasted,
+            trimmed: input.trimmed,
+            starts: &self.starts,
+            capacity: plan.capacity,
+            effective: plan.effective,
+            demand: plan.demand,
+            admission: sharing.admission,
+            backlogged: plan.backlogged,
+            binding: sharing.binding,
+            headroom: sharing.headroom,
+        };
+        let mut guard_class = law.guard_class;
+        let mut decisions = Vec::new();
+        for (name, policy) in &self.policies {
+            let s = slacks[name];
+            let reserve = neighbours.reserve(name);
+            let state = self.states.get_mut(name).expect("a state for every policy");
+            let idle = idle_backend(&p, &s, plan.busy, plan.capacity);
+            let limit = neighbours.wait_limit(name, sharing.binding);
+            let was_gated = state.gated;
+            let gated = policy.opportunistic && gpu.gate_closed;
+            let (target, why) = match policy.budget {
+                Budget::Static { .. } if gated => (0.0, format!("{}: opportunistic class held at 0/s", gpu.words())),
+                Budget::Static { rate } => (rate, format!("{}: static rate {rate}/s", gpu.words())),
+                Budget::Adaptive { min_rate, .. } if gated => {
+                    (min_rate, format!("{}: opportunistic class held at min_rate {min_rate}/s", gpu.words()))
+                }
+                Budget::Adaptive { min_rate, max_rate } => {
+                    let mut words = Vec::new();
+                    if plan.hold.draining() {
+                        words.push(plan.hold.words());
+                    }
+                    if let Some(limit) = &limit {
+                        words.push(limit.words());
+                    }
+                    let class = ClassFacts {
+                        name,
+                        policy,
+                        slack: &s,
+                        share: sharing.allocation[name],
+                        reserve,
+                        idle: idle.is_some(),
+                        demand: state.demand,
+                        published: state.published,
+                    };
+                    let target = budget::adaptive(&facts, &class, &mut state.probe, max_rate);
+                    words.extend(target.words);
+                    if target.guarded {
+                        guard_class.get_or_insert_with(|| name.clone());
+                    }
+                    if was_gated {
+                        words.push(format!("{}: GPU gate open again", gpu.words()));
+                    }
+                    (target.rate.clamp(min_rate, max_rate), words.join("; "))
+                }
+            };
+            state.gated = gated;
+            let allocation = sharing.binding.then(|| sharing.allocation.get(name).copied()).flatten();
+            if let Some(action) = change(state, policy, target, was_gated, &p) {
+                decisions.push(Decision {
+                    at_ms: now_ms,
+                    class: name.clone(),
+                    action,
+                    old_rate: state.published,
+                    new_rate: target,
+                    slack: s,
+                    from_prior: s.from_prior(),
+                    estimator_version: s.estimator_version,
+                    gpu: gpu.clone(),
+                    capacity: plan.clone(),
+                    allocation,
+                    reason: format!("{why}; {}", model_words(plan, &s, name, &law.law_move, &p)),
+                });
+                state.published = target;
+            }
+            self.views.insert(
+                name.clone(),
+                ClassView {
+                    tier: policy.tier,
+                    curve: input
+                        .estimates
+                        .get(name)
+                        .map_or_else(|| ServiceCurve::lognormal(None, 0.0), |e| e.service_curve.clone()),
+                    slack: s,
+                    pressure: sharing.binding || plan.effective < plan.capacity,
+                    idle,
+                    yields_to: neighbours.yields_to(policy.tier),
+                    allocation,
+                    budget: state.published,
+                    reserve,
+                    running: reading.running,
+                    ahead: reading.ahead,
+                    wait_limit: limit,
+                },
+            );
+        }
+        self.note_guard(guard_class, &slacks);
+        self.last_slacks = slacks;
+        self.last_gpu = Some(gpu);
+        decisions
+    }
+
+    /// The tick's time, ms, and the step since the last one, s (0 at the first).
+    fn advance_clock(&mut self, now: Duration) -> (u64, f64) {
         let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
         let dt_s = match self.last_tick_ms {
             Some(last) => (now_ms.saturating_sub(last) as f64 / 1000.0).min(MAX_TICK_DT_S),
             None => 0.0,
         };
         self.last_tick_ms = Some(self.last_tick_ms.map_or(now_ms, |l| l.max(now_ms)));
-        let p = self.params.clone();
+        (now_ms, dt_s)
+    }
 
-        // The gate's inputs.
+    /// The GPU gate, from NVML, the KV cache and the interactive classes' load.
+    fn update_gate(&mut self, p: &ControlParams, input: &TickInputs, now_ms: u64) -> GpuSummary {
         let kv = input.estimates.values().filter_map(|e| e.kv_cache_usage.map(|g| g.value)).reduce(f64::max);
         let interactive: Vec<(&String, &ClassPolicy)> =
             self.policies.iter().filter(|(_, p)| !p.opportunistic).collect();
         let gate_capacity: f64 = interactive.iter().map(|(_, p)| p.capacity()).sum();
         let load: Option<f64> = interactive.iter().map(|(name, _)| input.admitted.get(*name).copied()).sum();
-        let gpu_summary = self.gate.update(&p.gate, input.gpu, kv, load, gate_capacity, now_ms);
+        self.gate.update(&p.gate, input.gpu, kv, load, gate_capacity, now_ms)
+    }
 
-        // Every class's slack and service curve.
-        // A window with no completions in it (and no configured prior)
-        // knows no service time: the class's jobs did not become free, so
-        // its work is costed at the last mean that was measured.
-        let slacks: BTreeMap<String, Slack> = self
-            .policies
+    /// Every class's slack and service curve. A window with no completions
+    /// in it (and no configured prior) knows no service time: the class's
+    /// jobs did not become free, so its work is costed at the last mean that
+    /// was measured.
+    fn measure_slacks(&mut self, p: &ControlParams, input: &TickInputs) -> BTreeMap<String, Slack> {
+        self.policies
             .iter()
             .map(|(name, policy)| {
-                let mut s = slack(policy, input.estimates.get(name), &p);
+                let mut s = slack(policy, input.estimates.get(name), p);
                 let state = self.states.get_mut(name).expect("a state for every policy");
                 if s.mean_service_ms > 0.0 {
                     state.mean_service_ms = s.mean_service_ms;
@@ -400,36 +504,40 @@ impl Controller {
                 }
                 (name.clone(), s)
             })
-            .collect();
-        let work =
-            |rates: &BTreeMap<String, f64>, name: &str| rate_of(rates, name) * slacks[name].mean_service_ms / 1000.0;
-        // Jobs/s a class brings: what it offered, or what got in if more.
-        let asked = |name: &str| rate_of(input.offered, name).max(rate_of(input.admitted, name));
+            .collect()
+    }
 
-        // The capacity model: workers in use, and whether a backlog stands.
+    /// The capacity model and each adaptive class's claim on it.
+    fn read_backend(
+        &mut self,
+        p: &ControlParams,
+        input: &TickInputs,
+        slacks: &BTreeMap<String, Slack>,
+        dt_s: f64,
+    ) -> Reading {
         let busy: f64 =
             slacks.values().map(|s| capacity::busy_workers(s.running, s.drain_rate_per_s, s.mean_service_ms)).sum();
-        let backlogged = slacks.values().any(|s| s.has_evidence() && s.queue_term_ms > backlog_ms(&p, s));
+        let backlogged = slacks.values().any(|s| s.has_evidence() && s.queue_term_ms > backlog_ms(p, s));
         let limiting = self.plan.demand > self.plan.effective;
         self.capacity.update(busy, backlogged, limiting, dt_s);
-        let adaptive: Vec<&String> = self
+        let adaptive: Vec<String> = self
             .policies
             .iter()
             .filter(|(_, pol)| matches!(pol.budget, Budget::Adaptive { .. }))
-            .map(|(n, _)| n)
+            .map(|(n, _)| n.clone())
             .collect();
         let max_rates: f64 =
-            adaptive.iter().map(|name| self.policies[*name].capacity() * slacks[*name].mean_service_ms / 1000.0).sum();
+            adaptive.iter().map(|name| self.policies[name].capacity() * slacks[name].mean_service_ms / 1000.0).sum();
         self.starts.record(input.starts);
         let (capacity, source) = self.capacity.capacity(p.workers, max_rates, self.starts.workers_seen());
         let capacity = capacity.max(f64::MIN_POSITIVE);
         // The classes with work offered (or let in) in the last second: the
         // ones whose running jobs, rooms, waits and reserves count now (a
         // decayed demand never quite reaches zero).
-        let offering: Vec<&String> = adaptive.iter().copied().filter(|n| asked(n) > 0.0).collect();
+        let offering: Vec<String> = adaptive.iter().filter(|n| asked(input, n) > 0.0).cloned().collect();
         let running: Option<f64> = offering
             .iter()
-            .map(|n| slacks[*n].running.map(|r| r as f64))
+            .map(|n| slacks[n].running.map(|r| r as f64))
             .sum::<Option<f64>>()
             .filter(|_| !offering.is_empty());
 
@@ -438,37 +546,56 @@ impl Controller {
         let claims: Vec<Claim> = adaptive
             .iter()
             .map(|n| {
-                let state = self.states.get_mut(*n).expect("a state for every policy");
-                let now = work(input.offered, n).max(work(input.admitted, n));
+                let state = self.states.get_mut(n).expect("a state for every policy");
+                let now = work(input.offered, slacks, n).max(work(input.admitted, slacks, n));
                 state.demand = now.max(state.demand * decay);
-                Claim { tier: self.policies[*n].tier, weight: self.policies[*n].weight, demand: state.demand }
+                Claim { tier: self.policies[n].tier, weight: self.policies[n].weight, demand: state.demand }
             })
             .collect();
-        let demand: f64 = claims.iter().map(|c| c.demand).sum();
+        let demand = claims.iter().map(|c| c.demand).sum();
 
-        // The shared law acts on the slack of the class in the most trouble
-        // among those it may act for, and moves the capacity admission may
-        // use; the allocation then decides whose work that is.
-        //
-        // A configured capacity is exact in worker-seconds: the law then
-        // only moves work of tiers below the class that feels the wait
-        // (attribution: a shared queue is cut where its filler is, not where
-        // it hurts), and job-level admission trims the class's own tier. A
-        // capacity that is learnt or guessed may itself be wrong, so there
-        // the law acts for every class and may cut any tier.
-        let tier_demand =
-            |keep: &dyn Fn(Tier) -> bool| -> f64 { claims.iter().filter(|c| keep(c.tier)).map(|c| c.demand).sum() };
-        let demanding: Vec<&String> = offering
+        // What a job arriving now waits per job ahead of it: one model for every class.
+        let (mut rate_sum, mut mean_sum) = (0.0, 0.0);
+        for n in &adaptive {
+            let r = asked(input, n);
+            rate_sum += r;
+            mean_sum += r * slacks[n].mean_service_ms;
+        }
+        let mix_mean = if rate_sum > 0.0 { mean_sum / rate_sum } else { 0.0 };
+        let ahead = QueueAhead::new(capacity, mix_mean).filter(|_| source != CapacitySource::MaxRates);
+        Reading { capacity, source, busy, backlogged, adaptive, claims, demand, offering, running, ahead }
+    }
+
+    /// The shared law acts on the slack of the class in the most trouble
+    /// among those it may act for, and moves the capacity admission may use
+    /// (`self.shared.rate`); the allocation then decides whose work that is.
+    ///
+    /// A configured capacity is exact in worker-seconds: the law then only
+    /// moves work of tiers below the class that feels the wait (attribution:
+    /// a shared queue is cut where its filler is, not where it hurts), and
+    /// job-level admission trims the class's own tier. A capacity that is
+    /// learnt or guessed may itself be wrong, so there the law acts for every
+    /// class and may cut any tier.
+    fn step_law(
+        &mut self,
+        p: &ControlParams,
+        input: &TickInputs,
+        slacks: &BTreeMap<String, Slack>,
+        reading: &Reading,
+        now_ms: u64,
+        dt_s: f64,
+    ) -> LawStep {
+        let Reading { capacity, source, busy, .. } = *reading;
+        let tier_demand = |keep: &dyn Fn(Tier) -> bool| -> f64 {
+            reading.claims.iter().filter(|c| keep(c.tier)).map(|c| c.demand).sum()
+        };
+        let pressure_class = reading
+            .offering
             .iter()
-            .copied()
             .filter(|n| {
                 let tier = self.policies[*n].tier;
                 source != CapacitySource::Configured || tier_demand(&|t| t > tier) > 0.0
             })
-            .collect();
-        let pressure_class = demanding
-            .iter()
-            .copied()
             .min_by(|a, b| {
                 (slacks[*a].slack_ms / slacks[*a].deadline_ms)
                     .total_cmp(&(slacks[*b].slack_ms / slacks[*b].deadline_ms))
@@ -483,7 +610,7 @@ impl Controller {
         if !self.shared.rate.is_finite() || (source == CapacitySource::MaxRates && !self.shared.cutting()) {
             self.shared.rate = capacity;
         }
-        let admitted_work: f64 = adaptive.iter().map(|n| work(input.admitted, n)).sum();
+        let admitted_work: f64 = reading.adaptive.iter().map(|n| work(input.admitted, slacks, n)).sum();
         let mut law_move = Move::Stay;
         let mut guard_class = None;
         match &pressure_class {
@@ -496,13 +623,13 @@ impl Controller {
                     CapacitySource::Learnt => 0.5 * capacity,
                     _ => 0.01 * capacity,
                 };
-                if s.slack_ms < 0.0 && idle_backend(&p, s, busy, capacity).is_some() {
+                if s.slack_ms < 0.0 && idle_backend(p, s, busy, capacity).is_some() {
                     // The model says "refuse" while the backend has room: the
                     // model is wrong (a margin or prior too tight), not the backend.
                     guard_class = Some(class.clone());
                 } else {
                     let admitted = Some(admitted_work);
-                    law_move = self.shared.step(&p, s, now_ms, dt_s, admitted, window_ms, floor, capacity);
+                    law_move = self.shared.step(p, s, now_ms, dt_s, admitted, window_ms, floor, capacity);
                 }
             }
             // Nothing for the law to act for: back towards the capacity at
@@ -518,12 +645,26 @@ impl Controller {
         }
         // The capacity itself moved (learnt, reconfigured): stay within it.
         self.shared.rate = self.shared.rate.min(capacity);
+        LawStep { pressure_class, law_move, guard_class }
+    }
+
+    /// What admission may use after the law and the static classes, shared
+    /// out among the adaptive classes; records the tick's [`CapacityPlan`].
+    fn share_out(
+        &mut self,
+        p: &ControlParams,
+        input: &TickInputs,
+        slacks: &BTreeMap<String, Slack>,
+        reading: &Reading,
+        pressure_class: Option<String>,
+    ) -> Sharing {
+        let Reading { capacity, source, demand, .. } = *reading;
         let effective = self.shared.rate;
         let static_work: f64 = self
             .policies
             .iter()
             .filter(|(_, pol)| matches!(pol.budget, Budget::Static { .. }))
-            .map(|(n, _)| work(input.admitted, n))
+            .map(|(n, _)| work(input.admitted, slacks, n))
             .sum();
         let available = (effective - static_work).max(0.0);
         // A queue standing past the room while the rates see no
@@ -534,8 +675,8 @@ impl Controller {
             CapacitySource::MaxRates => Hold::default(),
             _ if demand > available => Hold::default(),
             _ => Hold::measure(
-                offering.iter().filter(|n| slacks[**n].has_evidence()).map(|n| {
-                    let s = &slacks[*n];
+                reading.offering.iter().filter(|n| slacks[*n].has_evidence()).map(|n| {
+                    let s = &slacks[n];
                     (s.queue_term_ms, s.room_ms())
                 }),
                 capacity,
@@ -549,194 +690,20 @@ impl Controller {
         // The allotments bind only with overload in evidence (a backlog, or
         // a law that has cut): a demand estimate above capacity with no queue
         // behind it is noise, and refusing on it would cost work that fits.
-        let binding = demand > admission && (backlogged || effective < capacity);
-        let shares = allocate(admission, &claims);
-        let allocation: BTreeMap<&String, f64> = adaptive.iter().copied().zip(shares).collect();
+        let binding = demand > admission && (reading.backlogged || effective < capacity);
+        let shares = allocate(admission, &reading.claims);
+        let allocation = reading.adaptive.iter().cloned().zip(shares).collect();
         self.plan = CapacityPlan {
             capacity,
             source: Some(source),
             effective,
-            busy,
+            busy: reading.busy,
             demand,
-            backlogged,
-            pressure_class: pressure_class.clone(),
+            backlogged: reading.backlogged,
+            pressure_class,
             hold,
         };
-
-        // Workers each class must leave free for the tiers above it with work
-        // coming.
-        let reserves: BTreeMap<&String, Option<Reserve>> = adaptive
-            .iter()
-            .map(|n| {
-                let tier = self.policies[*n].tier;
-                let higher = adaptive.iter().zip(&claims).filter(|(m, c)| c.tier < tier && offering.contains(m));
-                let top = higher.clone().map(|(_, c)| c.tier).min();
-                let higher: Vec<(f64, f64)> = higher.map(|(m, c)| (c.demand, slacks[*m].mean_service_ms)).collect();
-                let known = source != CapacitySource::MaxRates;
-                let job_mean_ms = slacks[*n].mean_service_ms;
-                (*n, top.filter(|_| known).and_then(|top| Reserve::for_higher(capacity, &higher, job_mean_ms, top)))
-            })
-            .collect();
-
-        // Classes whose jobs are losing their chance to the wait.
-        let pressed: Vec<(Tier, &String)> = offering
-            .iter()
-            .filter(|n| slacks[**n].has_evidence() && slacks[**n].p_on_time < slacks[**n].threshold)
-            .map(|n| (self.policies[*n].tier, *n))
-            .collect();
-
-        // What a job arriving now waits per job ahead of it: one model for every class.
-        let (mut rate_sum, mut mean_sum) = (0.0, 0.0);
-        for n in &adaptive {
-            let r = asked(n);
-            rate_sum += r;
-            mean_sum += r * slacks[*n].mean_service_ms;
-        }
-        let mix_mean = if rate_sum > 0.0 { mean_sum / rate_sum } else { 0.0 };
-        let ahead = QueueAhead::new(capacity, mix_mean).filter(|_| source != CapacitySource::MaxRates);
-
-        // Every class as the wait limits see it; those with work offered
-        // limit their tiers' more patient classes (with no capacity known,
-        // none do).
-        let as_waiting: BTreeMap<&String, Waiting> = self
-            .policies
-            .iter()
-            .map(|(n, policy)| {
-                let s = &slacks[n];
-                let waiting = Waiting {
-                    name: n.as_str(),
-                    tier: policy.tier,
-                    room_ms: s.room_ms(),
-                    pressed: pressed.iter().any(|(_, m)| *m == n),
-                    worth: Waiting::worth(policy.weight, s.best_chance, s.mean_service_ms),
-                };
-                (n, waiting)
-            })
-            .collect();
-        let waiting: Vec<Waiting> = offering.iter().filter(|_| ahead.is_some()).map(|n| as_waiting[n]).collect();
-        let two_starts_ms = ahead.map_or(0.0, |q| q.wait_ms(1.0, None));
-
-        let facts = TickFacts {
-            params: &p,
-            offered: input.offered,
-            admitted: input.admitted,
-            wasted: input.wasted,
-            trimmed: input.trimmed,
-            starts: &self.starts,
-            capacity,
-            effective,
-            demand,
-            admission,
-            backlogged,
-            binding,
-            headroom,
-        };
-        let mut decisions = Vec::new();
-        for (name, policy) in &self.policies {
-            let s = slacks[name];
-            let reserve = reserves.get(name).copied().flatten();
-            let state = self.states.get_mut(name).expect("a state for every policy");
-            let idle = idle_backend(&p, &s, busy, capacity);
-            let limit = wait_limit(&as_waiting[name], &waiting, binding, two_starts_ms);
-            let was_gated = state.gated;
-            let (target, why) = match policy.budget {
-                Budget::Static { rate } => {
-                    if policy.opportunistic && gpu_summary.gate_closed {
-                        (0.0, format!("{}: opportunistic class held at 0/s", gpu_summary.words()))
-                    } else {
-                        (rate, format!("{}: static rate {rate}/s", gpu_summary.words()))
-                    }
-                }
-                Budget::Adaptive { min_rate, max_rate } => {
-                    if policy.opportunistic && gpu_summary.gate_closed {
-                        (
-                            min_rate,
-                            format!("{}: opportunistic class held at min_rate {min_rate}/s", gpu_summary.words()),
-                        )
-                    } else {
-                        let mut words = Vec::new();
-                        if hold.draining() {
-                            words.push(hold.words());
-                        }
-                        if let Some(limit) = &limit {
-                            words.push(limit.words());
-                        }
-                        let class = ClassFacts {
-                            name,
-                            policy,
-                            slack: &s,
-                            share: allocation[name],
-                            reserve,
-                            idle: idle.is_some(),
-                            demand: state.demand,
-                            published: state.published,
-                        };
-                        let target = budget::adaptive(&facts, &class, &mut state.probe, max_rate);
-                        words.extend(target.words);
-                        if target.guarded {
-                            guard_class.get_or_insert_with(|| name.clone());
-                        }
-                        if was_gated {
-                            words.push(format!("{}: GPU gate open again", gpu_summary.words()));
-                        }
-                        (target.rate.clamp(min_rate, max_rate), words.join("; "))
-                    }
-                }
-            };
-            state.gated = policy.opportunistic && gpu_summary.gate_closed;
-            let old = state.published;
-            let step = p.publish_step * policy.capacity();
-            let moved = (target - old).abs() >= step.max(0.05 * old)
-                || (target != old && (target == policy.capacity() || target == policy.floor()));
-            if moved {
-                let action = if state.gated || was_gated {
-                    Action::Gate
-                } else if target < old {
-                    Action::Cut
-                } else {
-                    Action::Recover
-                };
-                decisions.push(Decision {
-                    at_ms: now_ms,
-                    class: name.clone(),
-                    action,
-                    old_rate: old,
-                    new_rate: target,
-                    slack: s,
-                    from_prior: s.from_prior(),
-                    estimator_version: s.estimator_version,
-                    gpu: gpu_summary.clone(),
-                    capacity: self.plan.clone(),
-                    allocation: binding.then(|| allocation.get(name).copied()).flatten(),
-                    reason: format!("{why}; {}", model_words(&self.plan, &s, name, &law_move, &p)),
-                });
-                state.published = target;
-            }
-            self.views.insert(
-                name.clone(),
-                ClassView {
-                    tier: policy.tier,
-                    curve: input
-                        .estimates
-                        .get(name)
-                        .map_or_else(|| ServiceCurve::lognormal(None, 0.0), |e| e.service_curve.clone()),
-                    slack: s,
-                    pressure: binding || effective < capacity,
-                    idle,
-                    yields_to: pressed.iter().find(|(t, _)| *t < policy.tier).map(|(_, n)| (*n).clone()),
-                    allocation: binding.then(|| allocation.get(name).copied()).flatten(),
-                    budget: state.published,
-                    reserve,
-                    running,
-                    ahead,
-                    wait_limit: limit,
-                },
-            );
-        }
-        self.note_guard(guard_class, &slacks);
-        self.last_slacks = slacks;
-        self.last_gpu = Some(gpu_summary);
-        decisions
+        Sharing { admission, headroom, binding, allocation }
     }
 
     /// Counts a tick on which the sanity guard kept `class` open, and logs
@@ -764,6 +731,55 @@ impl Controller {
             s.service_term_words(),
             s.safety_words()
         );
+    }
+}
+
+/// What the law did on one tick, and for whom.
+struct LawStep {
+    pressure_class: Option<String>,
+    law_move: Move,
+    /// The class the sanity guard kept the law from cutting for.
+    guard_class: Option<String>,
+}
+
+/// What admission may use on one tick, and each adaptive class's share of it.
+struct Sharing {
+    /// Worker-seconds per second.
+    admission: f64,
+    /// The budgets' headroom over what an allotment finishes.
+    headroom: f64,
+    /// Demand exceeds what admission may use, with overload in evidence.
+    binding: bool,
+    /// Worker-seconds per second, per adaptive class.
+    allocation: BTreeMap<String, f64>,
+}
+
+/// Worker-seconds per second that `class`'s jobs at `rates` would take.
+fn work(rates: &BTreeMap<String, f64>, slacks: &BTreeMap<String, Slack>, class: &str) -> f64 {
+    rate_of(rates, class) * slacks[class].mean_service_ms / 1000.0
+}
+
+/// Jobs/s a class brings: what it offered, or what got in if more.
+fn asked(input: &TickInputs, class: &str) -> f64 {
+    rate_of(input.offered, class).max(rate_of(input.admitted, class))
+}
+
+/// The decision a budget moving from its published value to `target` is
+/// worth, if any: a move smaller than the publish step (and than 5%) is not,
+/// unless it reaches one of the class's bounds.
+fn change(state: &State, policy: &ClassPolicy, target: f64, was_gated: bool, p: &ControlParams) -> Option<Action> {
+    let old = state.published;
+    let step = p.publish_step * policy.capacity();
+    let moved = (target - old).abs() >= step.max(0.05 * old)
+        || (target != old && (target == policy.capacity() || target == policy.floor()));
+    if !moved {
+        None
+    } else if state.gated || was_gated {
+        Some(Action::Gate)
+    } else if target < old {
+        Some(Action::Cut)
+    } else {
+        Some(Action::Recover)
     }
 }
 

@@ -1,0 +1,90 @@
+//! How each class stands beside the others on one tick: the workers it must
+//! leave free for higher tiers ([`super::reserve`]), the higher-tier class
+//! whose jobs it yields to, and the wait limit a tighter class of its own
+//! tier sets ([`super::wait_limit`]).
+
+use std::collections::BTreeMap;
+
+use super::params::ClassPolicy;
+use super::plan::Reading;
+use super::reserve::Reserve;
+use super::slack::Slack;
+use super::tier::Tier;
+use super::wait_limit::{WaitLimit, Waiting, wait_limit};
+
+pub(super) struct Neighbours<'a> {
+    reserves: BTreeMap<&'a str, Reserve>,
+    /// Offering classes whose jobs are losing their on-time chance to the
+    /// wait (`p_on_time` below the threshold), with their tiers.
+    pressed: Vec<(Tier, &'a str)>,
+    /// Every class as the wait limits see it.
+    as_waiting: BTreeMap<&'a str, Waiting<'a>>,
+    /// The offering classes among those, which limit their tiers' more
+    /// patient classes; none while the capacity is unknown.
+    limiting: Vec<Waiting<'a>>,
+    /// The wait for two starts: how short a wait limit may be.
+    two_starts_ms: f64,
+}
+
+impl<'a> Neighbours<'a> {
+    pub fn new(
+        policies: &'a BTreeMap<String, ClassPolicy>,
+        slacks: &BTreeMap<String, Slack>,
+        reading: &'a Reading,
+    ) -> Self {
+        let offering = |n: &String| reading.offering.contains(n);
+        let reserves = reading
+            .adaptive
+            .iter()
+            .filter(|_| reading.known())
+            .filter_map(|n| {
+                let tier = policies[n].tier;
+                let higher = reading.adaptive.iter().zip(&reading.claims).filter(|(m, c)| c.tier < tier && offering(m));
+                let top = higher.clone().map(|(_, c)| c.tier).min()?;
+                let higher: Vec<(f64, f64)> = higher.map(|(m, c)| (c.demand, slacks[m].mean_service_ms)).collect();
+                let reserve = Reserve::for_higher(reading.capacity, &higher, slacks[n].mean_service_ms, top)?;
+                Some((n.as_str(), reserve))
+            })
+            .collect();
+        let pressed: Vec<(Tier, &str)> = reading
+            .offering
+            .iter()
+            .filter(|n| slacks[*n].has_evidence() && slacks[*n].p_on_time < slacks[*n].threshold)
+            .map(|n| (policies[n].tier, n.as_str()))
+            .collect();
+        let as_waiting: BTreeMap<&str, Waiting> = policies
+            .iter()
+            .map(|(n, policy)| {
+                let s = &slacks[n];
+                let waiting = Waiting {
+                    name: n.as_str(),
+                    tier: policy.tier,
+                    room_ms: s.room_ms(),
+                    pressed: pressed.iter().any(|(_, m)| *m == n),
+                    worth: Waiting::worth(policy.weight, s.best_chance, s.mean_service_ms),
+                };
+                (n.as_str(), waiting)
+            })
+            .collect();
+        let limiting =
+            reading.offering.iter().filter(|_| reading.ahead.is_some()).map(|n| as_waiting[n.as_str()]).collect();
+        let two_starts_ms = reading.ahead.map_or(0.0, |q| q.wait_ms(1.0, None));
+        Neighbours { reserves, pressed, as_waiting, limiting, two_starts_ms }
+    }
+
+    /// Workers `class`'s jobs must leave free; none for the highest tier with work.
+    pub fn reserve(&self, class: &str) -> Option<Reserve> {
+        self.reserves.get(class).copied()
+    }
+
+    /// A class of a higher tier than `tier` whose jobs are losing their
+    /// chance to the wait.
+    pub fn yields_to(&self, tier: Tier) -> Option<String> {
+        self.pressed.iter().find(|(t, _)| *t < tier).map(|(_, n)| n.to_string())
+    }
+
+    /// The wait limit `class`'s tier sets it, `binding`: the allotments bind.
+    pub fn wait_limit(&self, class: &str, binding: bool) -> Option<WaitLimit> {
+        wait_limit(&self.as_waiting[class], &self.limiting, binding, self.two_starts_ms)
+    }
+}
