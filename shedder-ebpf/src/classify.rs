@@ -1,12 +1,12 @@
 //! Classify: rule maps to a class index (precedence in `shedder_common::classify`).
 
-use aya_ebpf::maps::lpm_trie::Key;
 use shedder_common::{
     classify::{RuleTarget, pick_class},
     maps::{GlobalConfig, rule_flags},
 };
 
 use crate::{
+    lpm::SourceKey,
     maps::{DSCP_IN, DST_PORTS, SRC_V4, SRC_V6},
     parse::{Addrs, Syn},
 };
@@ -20,10 +20,10 @@ fn array_rule(map: &aya_ebpf::maps::Array<RuleTarget>, index: u32) -> RuleTarget
 fn source_rule(addrs: &Addrs, present: u8) -> RuleTarget {
     match addrs {
         Addrs::V4 { src, .. } if present & rule_flags::SRC_V4 != 0 => {
-            SRC_V4.get(Key::new(32, *src)).copied().unwrap_or(0)
+            SRC_V4.get(SourceKey::slot().exact(src)).copied().unwrap_or(0)
         }
         Addrs::V6 { src, .. } if present & rule_flags::SRC_V6 != 0 => {
-            SRC_V6.get(Key::new(128, *src)).copied().unwrap_or(0)
+            SRC_V6.get(SourceKey::slot().exact(src)).copied().unwrap_or(0)
         }
         _ => 0,
     }

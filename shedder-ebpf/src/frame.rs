@@ -29,7 +29,8 @@ impl Frame {
         Some(start as *mut T)
     }
 
-    /// Copies a `T` out of the packet (unaligned reads are fine on BPF).
+    /// Copies a `T` out of the packet: one load per field, aligned or not
+    /// (see `build.rs`), where the kernel has efficient unaligned access.
     #[inline(always)]
     pub fn read<T: Copy>(&self, offset: usize) -> Option<T> {
         // SAFETY: ptr_at checked the bounds.

@@ -18,6 +18,7 @@ mod classify;
 mod counters;
 mod frame;
 mod hook;
+mod lpm;
 mod maps;
 mod parse;
 mod resend;

@@ -1,7 +1,6 @@
 //! Tenant: the tenant's bucket and the class's, charged for one SYN in the
 //! order and with the refund `shedder_common::tenant::charge_both` sets.
 
-use aya_ebpf::maps::lpm_trie::Key;
 use aya_log_ebpf::warn;
 use shedder_common::{
     bucket::BucketParams,
@@ -12,6 +11,7 @@ use shedder_common::{
 use crate::{
     bucket::{Charge, charge_state, refund_state},
     hook::Hook,
+    lpm::SourceKey,
     maps::{BUCKETS, TENANT_BUCKETS, TENANT_V4, TENANT_V6, TENANTS},
     parse::Addrs,
 };
@@ -22,10 +22,10 @@ pub fn tenant_of(addrs: &Addrs, global: &GlobalConfig) -> Option<u32> {
     let present = global.rules_present;
     let target = match addrs {
         Addrs::V4 { src, .. } if present & rule_flags::TENANT_V4 != 0 => {
-            TENANT_V4.get(Key::new(32, *src)).copied().unwrap_or(0)
+            TENANT_V4.get(SourceKey::slot().exact(src)).copied().unwrap_or(0)
         }
         Addrs::V6 { src, .. } if present & rule_flags::TENANT_V6 != 0 => {
-            TENANT_V6.get(Key::new(128, *src)).copied().unwrap_or(0)
+            TENANT_V6.get(SourceKey::slot().exact(src)).copied().unwrap_or(0)
         }
         _ => 0,
     };
