@@ -44,8 +44,8 @@
 //!   moves the *effective* capacity (multiplicative cut on negative slack,
 //!   additive recovery; the reasoning is in `law.rs`). With a configured
 //!   capacity it acts only for classes with lower tiers beneath them, and
-//!   cuts only the work of those lower tiers (attribution: a shared queue is
-//!   cut where its filler is, not where it hurts); the class's own tier is
+//!   cuts only the work of those lower tiers ([`attribution`]: a shared queue
+//!   is cut where its filler is, not where it hurts); the class's own tier is
 //!   trimmed job by job by admission. With a learnt or guessed capacity it
 //!   may cut any tier, since the capacity itself may be wrong.
 //! * **A tier's queue kept for its tightest class** ([`wait_limit`]): classes
@@ -85,6 +85,7 @@
 
 pub mod ahead;
 mod allocate;
+mod attribution;
 mod budget;
 pub mod capacity;
 pub mod decision;
@@ -567,15 +568,9 @@ impl Controller {
     }
 
     /// The shared law acts on the slack of the class in the most trouble
-    /// among those it may act for, and moves the capacity admission may use
-    /// (`self.shared.rate`); the allocation then decides whose work that is.
-    ///
-    /// A configured capacity is exact in worker-seconds: the law then only
-    /// moves work of tiers below the class that feels the wait (attribution:
-    /// a shared queue is cut where its filler is, not where it hurts), and
-    /// job-level admission trims the class's own tier. A capacity that is
-    /// learnt or guessed may itself be wrong, so there the law acts for every
-    /// class and may cut any tier.
+    /// among those it may act for ([`attribution`]), and moves the capacity
+    /// admission may use (`self.shared.rate`); the allocation then decides
+    /// whose work that is.
     fn step_law(
         &mut self,
         p: &ControlParams,
@@ -586,21 +581,7 @@ impl Controller {
         dt_s: f64,
     ) -> LawStep {
         let Reading { capacity, source, busy, .. } = *reading;
-        let tier_demand = |keep: &dyn Fn(Tier) -> bool| -> f64 {
-            reading.claims.iter().filter(|c| keep(c.tier)).map(|c| c.demand).sum()
-        };
-        let pressure_class = reading
-            .offering
-            .iter()
-            .filter(|n| {
-                let tier = self.policies[*n].tier;
-                source != CapacitySource::Configured || tier_demand(&|t| t > tier) > 0.0
-            })
-            .min_by(|a, b| {
-                (slacks[*a].slack_ms / slacks[*a].deadline_ms)
-                    .total_cmp(&(slacks[*b].slack_ms / slacks[*b].deadline_ms))
-            })
-            .cloned();
+        let pressure_class = attribution::pressure_class(reading, |n| slacks[n].slack_ms / slacks[n].deadline_ms);
         // Until a backlog shows what the backend can do, the capacity is what
         // the classes' max_rates would bring at their measured service times
         // (no limit of its own), and it moves as those are measured, from
@@ -617,12 +598,7 @@ impl Controller {
             Some(class) => {
                 let s = &slacks[class];
                 let window_ms = input.estimates.get(class).map_or(0, |e| e.window_ms);
-                let tier = self.policies[class].tier;
-                let floor = match source {
-                    _ if tier_demand(&|t| t > tier) > 0.0 => tier_demand(&|t| t <= tier).min(capacity),
-                    CapacitySource::Learnt => 0.5 * capacity,
-                    _ => 0.01 * capacity,
-                };
+                let floor = attribution::cut_floor(reading, self.policies[class].tier);
                 if s.slack_ms < 0.0 && idle_backend(p, s, busy, capacity).is_some() {
                     // The model says "refuse" while the backend has room: the
                     // model is wrong (a margin or prior too tight), not the backend.

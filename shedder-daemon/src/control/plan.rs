@@ -8,6 +8,7 @@ use super::ahead::QueueAhead;
 use super::allocate::Claim;
 use super::capacity::CapacitySource;
 use super::hold::Hold;
+use super::tier::Tier;
 
 /// The capacity model at the last tick, for decisions and `status`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
@@ -61,5 +62,15 @@ impl Reading {
     /// not from the classes' own max_rates.
     pub fn known(&self) -> bool {
         self.source != CapacitySource::MaxRates
+    }
+
+    /// An adaptive class's tier.
+    pub fn tier_of(&self, class: &str) -> Option<Tier> {
+        self.adaptive.iter().zip(&self.claims).find(|(n, _)| *n == class).map(|(_, c)| c.tier)
+    }
+
+    /// What the classes of the tiers `keep` picks claim, worker-seconds/s.
+    pub fn tier_demand(&self, keep: impl Fn(Tier) -> bool) -> f64 {
+        self.claims.iter().filter(|c| keep(c.tier)).map(|c| c.demand).sum()
     }
 }
