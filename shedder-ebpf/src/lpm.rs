@@ -25,9 +25,10 @@ impl<const N: usize> SourceKey<N> {
     /// The key for an exact source address (all `N * 8` bits).
     #[inline(always)]
     pub fn exact(&mut self, addr: &[u8; N]) -> &Key<[u8; N]> {
+        const { assert!(N % 4 == 0, "an address of whole 32-bit words") };
         let base = self.0.as_mut_ptr() as *mut u32;
         // SAFETY: `base` is the 8-byte-aligned start of the key, which is 4 + N
-        // bytes long with N a multiple of 4; each store is one aligned u32,
+        // bytes long with N a multiple of 4 (asserted above); each store is one aligned u32,
         // and together they write every byte of it. Volatile, so that LLVM
         // neither merges them into wider stores nor moves the key elsewhere.
         unsafe {
