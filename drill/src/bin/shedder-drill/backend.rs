@@ -28,18 +28,8 @@ use crate::{
     http::{Request, Response, read_head},
     peer::{Load, Peer},
     run_context::RunContext,
-    workers::{self, Admission},
+    workers::{self, Admission, QueuedJob},
 };
-
-/// A request waiting for a worker.
-pub struct QueuedJob {
-    pub id: u64,
-    pub attempt: u32,
-    pub hedge: bool,
-    /// When it joined the queue, ms on the run's clock.
-    pub enqueued_ms: f64,
-    pub reply: oneshot::Sender<Response>,
-}
 
 /// How long a client may take to send its request line.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);

@@ -27,12 +27,11 @@ use std::{
 
 use serde_json::{Value, json};
 use tokio::{
-    sync::{Mutex as AsyncMutex, mpsc},
+    sync::{Mutex as AsyncMutex, mpsc, oneshot},
     task::JoinSet,
 };
 
 use crate::{
-    backend::QueuedJob,
     control::ControlClient,
     daemon_config::TICK_MS,
     exporter::Exporter,
@@ -41,6 +40,16 @@ use crate::{
     run_context::RunContext,
     samples::SamplePusher,
 };
+
+/// A request waiting for a worker.
+pub struct QueuedJob {
+    pub id: u64,
+    pub attempt: u32,
+    pub hedge: bool,
+    /// When it joined the queue, ms on the run's clock.
+    pub enqueued_ms: f64,
+    pub reply: oneshot::Sender<Response>,
+}
 
 /// What the backend asks of the daemon before starting a job.
 #[derive(Clone, Debug)]

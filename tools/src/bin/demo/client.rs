@@ -5,8 +5,8 @@ use std::{
     io::Read as _,
     net::{SocketAddr, TcpStream},
     sync::{
-        Arc, Mutex,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        Arc,
+        atomic::{AtomicBool, Ordering},
     },
     thread::JoinHandle,
     time::{Duration, Instant},
@@ -14,25 +14,13 @@ use std::{
 
 use shedder_testbed::netns::Testbed;
 
-use crate::{READ_TIMEOUT, lanes::Lane};
+use crate::{
+    READ_TIMEOUT,
+    lanes::{ClientCounts, Lane},
+};
 
 /// Attempts of one class allowed in flight at once; more are counted as skipped.
 const MAX_IN_FLIGHT: u64 = 64;
-
-/// What the client saw, per class.
-#[derive(Default)]
-pub struct ClientCounts {
-    pub attempts: AtomicU64,
-    pub ok: AtomicU64,
-    pub degraded: AtomicU64,
-    pub refused: AtomicU64,
-    pub timed_out: AtomicU64,
-    pub errors: AtomicU64,
-    /// Not attempted: too many of this class's attempts were still in flight.
-    pub skipped: AtomicU64,
-    in_flight: AtomicU64,
-    pub last_error: Mutex<Option<String>>,
-}
 
 enum Outcome {
     Ok,

@@ -2,9 +2,24 @@
 //! selects it, with what the client saw on it.
 
 use anyhow::Context as _;
+use std::sync::{Mutex, atomic::AtomicU64};
+
 use shedder_daemon::config::{ActionName, ClassSpec, Config, ModeName};
 
-use crate::client::ClientCounts;
+/// What the client saw, per class.
+#[derive(Default)]
+pub struct ClientCounts {
+    pub attempts: AtomicU64,
+    pub ok: AtomicU64,
+    pub degraded: AtomicU64,
+    pub refused: AtomicU64,
+    pub timed_out: AtomicU64,
+    pub errors: AtomicU64,
+    /// Not attempted: too many of this class's attempts were still in flight.
+    pub skipped: AtomicU64,
+    pub(crate) in_flight: AtomicU64,
+    pub last_error: Mutex<Option<String>>,
+}
 
 /// One class the demo drives: the port that selects it, and its config.
 pub struct Lane {
