@@ -28,12 +28,11 @@ use proptest::{
     test_runner::{Config as ProptestConfig, RngAlgorithm, TestRng, TestRunner},
 };
 use shedder_daemon::{
-    config::{ActionName, AdaptiveSpec, ClassSpec, Config, ModeName, RuleSpec},
+    config::{ActionName, AdaptiveSpec, ClassSpec, Config, ModeName, RuleSpec, TenantSpec},
     daemon::{ChangeError, Daemon},
     datapath::Datapath,
     fastpath::Fastpath,
     telemetry::gpu::NoGpu,
-    tenant::TenantSpec,
 };
 
 /// Names of the drawn classes, by position: all different, so a config is

@@ -14,10 +14,9 @@ use super::protocol::{
 use super::status::StatusCache;
 use crate::{
     admit::{AdmitPolicy, AdmitRequest, QueueAge, Verdict, admit, ledger::Asked},
-    config::Config,
+    config::{Config, TenantSpec},
     daemon::{ChangeError, Daemon},
     telemetry::samples::SampleError,
-    tenant::TenantSpec,
 };
 
 /// Most decisions one `decisions` answer carries.

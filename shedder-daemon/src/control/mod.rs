@@ -44,7 +44,7 @@
 //!   moves the *effective* capacity (multiplicative cut on negative slack,
 //!   additive recovery; the reasoning is in `law.rs`). With a configured
 //!   capacity it acts only for classes with lower tiers beneath them, and
-//!   cuts only the work of those lower tiers ([`attribution`]: a shared queue
+//!   cuts only the work of those lower tiers (`attribution.rs`: a shared queue
 //!   is cut where its filler is, not where it hurts); the class's own tier is
 //!   trimmed job by job by admission. With a learnt or guessed capacity it
 //!   may cut any tier, since the capacity itself may be wrong.

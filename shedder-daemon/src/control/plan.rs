@@ -1,5 +1,5 @@
 //! The capacity model's reading of one tick: what the backend can do and
-//! what each adaptive class claims of it ([`Reading`]), and the plan that
+//! what each adaptive class claims of it (`Reading`), and the plan that
 //! decisions and `status` report ([`CapacityPlan`]).
 
 use serde::Serialize;

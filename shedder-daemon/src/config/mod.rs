@@ -1,12 +1,12 @@
-//! The configuration file: its format, its validation, and the [`Plan`] it
-//! compiles to (exactly what goes into the BPF maps).
+//! The configuration file: its format, its validation (`checks.rs`, and
+//! `[[tenant]]` in `tenants.rs`), and the [`Plan`] it compiles to (exactly
+//! what goes into the BPF maps).
 //!
 //! Validation is complete before anything is written, and every error names
 //! the field at fault, so a bad file changes nothing.
 
 use std::{
     collections::BTreeMap,
-    fmt,
     path::{Path, PathBuf},
 };
 
@@ -15,15 +15,25 @@ use crate::{
     estimate::{ClassPrior, EstimatorParams, Estimators},
     fleet::{FleetSettings, FleetSpec},
     telemetry::scrape::ScrapeTarget,
-    tenant::{TenantSpec, add_tenants, share::TenantPolicy},
+    tenant::share::TenantPolicy,
 };
 use ipnet::IpNet;
 use serde::{Deserialize, Serialize};
 use shedder_common::{
     bucket::BucketParams,
-    classify::{Mode, RuleTarget, target_for},
+    classify::{Mode, target_for},
     maps::{Action, ClassConfig, DSCP_SLOTS, GlobalConfig, MAX_CIDR_RULES, MAX_CLASSES, rule_flags},
 };
+
+mod checks;
+mod plan;
+mod tenants;
+
+pub use checks::{ConfigError, to_milli};
+pub(crate) use checks::{check_new_name, fail, milli};
+pub use plan::Plan;
+pub use tenants::TenantSpec;
+use tenants::add_tenants;
 
 /// The largest config file read: 4096 CIDR rules per family and a rule per
 /// port fit in a few MB; /dev/zero or a runaway generator must not.
@@ -66,12 +76,8 @@ fn in_file(path: &Option<PathBuf>) -> String {
 }
 
 /// The configuration shipped inside the binary, used when no file is given.
-pub const EMBEDDED_DEFAULT: &str = include_str!("../../config/shedder.toml");
+pub const EMBEDDED_DEFAULT: &str = include_str!("../../../config/shedder.toml");
 
-/// Fixed-point scale of rates, bursts and costs (see `shedder_common::bucket`).
-const MILLI: f64 = 1000.0;
-/// Largest rate, burst or cost accepted, in tokens: far beyond any NIC, far below overflow.
-const MAX_TOKENS: f64 = 1e12;
 /// The watchdog's timeout spans at least this many control ticks, so one slow
 /// tick on a busy host does not switch shedding off.
 const WATCHDOG_MIN_TICKS: u64 = 5;
@@ -314,61 +320,6 @@ pub struct RuleSpec {
     pub dscp: Option<u8>,
 }
 
-/// A validation failure, naming the field (`class[2].burst`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ConfigError {
-    pub field: String,
-    pub message: String,
-}
-
-impl fmt::Display for ConfigError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.field, self.message)
-    }
-}
-
-impl std::error::Error for ConfigError {}
-
-/// A name that is not empty and not already one of `names` (of `kind`s).
-pub(crate) fn check_new_name(
-    name: &str,
-    names: &[String],
-    kind: &str,
-    field: &dyn Fn(&str) -> String,
-) -> Result<(), ConfigError> {
-    if name.trim().is_empty() {
-        return fail(field("name"), "must not be empty");
-    }
-    match names.iter().position(|n| n == name) {
-        Some(j) => fail(field("name"), format!("\"{name}\" is already the name of {kind}[{j}]")),
-        None => Ok(()),
-    }
-}
-
-pub(crate) fn fail<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T, ConfigError> {
-    Err(ConfigError { field: field.into(), message: message.into() })
-}
-
-/// Everything the datapath maps should hold, keyed as the maps key it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Plan {
-    pub global: GlobalConfig,
-    /// Slot `i` of the CLASSES map.
-    pub classes: Vec<ClassConfig>,
-    pub class_names: Vec<String>,
-    /// (prefix length, network address) -> target.
-    pub src_v4: BTreeMap<(u32, [u8; 4]), RuleTarget>,
-    pub src_v6: BTreeMap<(u32, [u8; 16]), RuleTarget>,
-    pub dst_ports: BTreeMap<u16, RuleTarget>,
-    pub dscp: BTreeMap<u8, RuleTarget>,
-    /// Slot `i` of the TENANTS map.
-    pub tenants: Vec<BucketParams>,
-    pub tenant_names: Vec<String>,
-    /// (prefix length, network address) -> tenant target (slot + 1).
-    pub tenant_v4: BTreeMap<(u32, [u8; 4]), RuleTarget>,
-    pub tenant_v6: BTreeMap<(u32, [u8; 16]), RuleTarget>,
-}
-
 /// A validated config, compiled once: what the maps hold, the control
 /// plane's state, and the fleet's settings. Everything the daemon runs on is
 /// derived here, so no caller can validate one part and forget another.
@@ -558,29 +509,6 @@ impl Config {
     }
 }
 
-/// Converts tokens to milli-tokens, refusing values the fixed point cannot hold.
-/// Tokens (or tokens/s) in the datapath's fixed point, milli-tokens.
-pub fn to_milli(tokens: f64) -> u64 {
-    (tokens * MILLI).round() as u64
-}
-
-pub(crate) fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, ConfigError> {
-    if value.is_nan() {
-        return fail(field, "NaN is not a number");
-    }
-    if value < 0.0 {
-        return fail(field, format!("{value} is negative"));
-    }
-    if value > MAX_TOKENS {
-        return fail(field, format!("{value} is over the most accepted, {MAX_TOKENS:e}"));
-    }
-    let scaled = to_milli(value);
-    if scaled == 0 && !(allow_zero && value == 0.0) {
-        return fail(field, format!("{value} is below the resolution of 0.001 tokens"));
-    }
-    Ok(scaled)
-}
-
 /// [`ClassSpec::starting_rate`], with the two ways to get it wrong refused.
 fn initial_rate(class: &ClassSpec, field: &dyn Fn(&str) -> String) -> Result<f64, ConfigError> {
     match (class.rate, &class.adaptive) {
@@ -705,7 +633,7 @@ pub(crate) mod tests {
 
     #[test]
     fn the_example_gpu_host_config_is_valid() {
-        let config = Config::parse(include_str!("../../config/gpu-host.toml")).unwrap();
+        let config = Config::parse(include_str!("../../../config/gpu-host.toml")).unwrap();
         config.plan().unwrap();
         let setup = config.control().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(setup.controller.policies().len(), 2, "chat and batch are controlled");
@@ -788,7 +716,7 @@ pub(crate) mod tests {
 
     #[test]
     fn the_tight_deadline_example_loads_and_derives_its_margin() {
-        let config = Config::parse(include_str!("../../config/interactive-300ms.toml")).unwrap();
+        let config = Config::parse(include_str!("../../../config/interactive-300ms.toml")).unwrap();
         config.plan().unwrap();
         let setup = config.control().unwrap_or_else(|e| panic!("{e}"));
         let ttft = &setup.controller.policies()["ttft"];

@@ -1,0 +1,67 @@
+//! What every section's validation shares: the error that names the field
+//! at fault, and the checks of names and of token amounts.
+
+use std::fmt;
+
+/// Fixed-point scale of rates, bursts and costs (see `shedder_common::bucket`).
+const MILLI: f64 = 1000.0;
+/// Largest rate, burst or cost accepted, in tokens: far beyond any NIC, far below overflow.
+const MAX_TOKENS: f64 = 1e12;
+
+/// A validation failure, naming the field (`class[2].burst`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// A name that is not empty and not already one of `names` (of `kind`s).
+pub(crate) fn check_new_name(
+    name: &str,
+    names: &[String],
+    kind: &str,
+    field: &dyn Fn(&str) -> String,
+) -> Result<(), ConfigError> {
+    if name.trim().is_empty() {
+        return fail(field("name"), "must not be empty");
+    }
+    match names.iter().position(|n| n == name) {
+        Some(j) => fail(field("name"), format!("\"{name}\" is already the name of {kind}[{j}]")),
+        None => Ok(()),
+    }
+}
+
+pub(crate) fn fail<T>(field: impl Into<String>, message: impl Into<String>) -> Result<T, ConfigError> {
+    Err(ConfigError { field: field.into(), message: message.into() })
+}
+
+/// Converts tokens to milli-tokens, refusing values the fixed point cannot hold.
+/// Tokens (or tokens/s) in the datapath's fixed point, milli-tokens.
+pub fn to_milli(tokens: f64) -> u64 {
+    (tokens * MILLI).round() as u64
+}
+
+pub(crate) fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, ConfigError> {
+    if value.is_nan() {
+        return fail(field, "NaN is not a number");
+    }
+    if value < 0.0 {
+        return fail(field, format!("{value} is negative"));
+    }
+    if value > MAX_TOKENS {
+        return fail(field, format!("{value} is over the most accepted, {MAX_TOKENS:e}"));
+    }
+    let scaled = to_milli(value);
+    if scaled == 0 && !(allow_zero && value == 0.0) {
+        return fail(field, format!("{value} is below the resolution of 0.001 tokens"));
+    }
+    Ok(scaled)
+}
