@@ -13,6 +13,12 @@ use shedder_common::bucket::{BucketParams, charge, clock, refund};
 /// another CPU just took tokens, so giving up errs on the side of shedding.
 const CAS_TRIES: u32 = 4;
 
+/// Tries before a refund is given up. A charge judged empty costs one SYN,
+/// which its client resends; a refund given up is a token lost for good, so
+/// it tries far longer. Each failed try is another CPU's update succeeding,
+/// so the loop always makes progress.
+const REFUND_TRIES: u32 = 32;
+
 /// Outcome of charging a bucket.
 pub enum Charge {
     Fits,
@@ -71,8 +77,8 @@ pub fn charge_state(state: Option<*mut u64>, params: &BucketParams, coarse: u64)
 }
 
 /// Gives one connection's cost back to the bucket whose state is `state`.
-/// A refund that keeps losing the race is abandoned: the bucket then holds
-/// fewer tokens than it might, never more.
+/// A refund that loses the race `REFUND_TRIES` times is abandoned: the
+/// bucket then holds one token fewer than it might, never more.
 #[inline(always)]
 pub fn refund_state(state: Option<*mut u64>, params: &BucketParams, coarse: u64) {
     let Some(state) = state else {
@@ -81,7 +87,7 @@ pub fn refund_state(state: Option<*mut u64>, params: &BucketParams, coarse: u64)
     let now = now(params, coarse);
     // SAFETY: as in `charge_state`.
     let mut tat = unsafe { state.read_volatile() };
-    for _ in 0..CAS_TRIES {
+    for _ in 0..REFUND_TRIES {
         let Some(back) = refund(tat, now, params) else {
             return;
         };
