@@ -564,7 +564,20 @@ impl Controller {
         }
         let mix_mean = if rate_sum > 0.0 { mean_sum / rate_sum } else { 0.0 };
         let ahead = QueueAhead::new(capacity, mix_mean).filter(|_| source != CapacitySource::MaxRates);
-        Reading { capacity, source, busy, backlogged, adaptive, claims, demand, offering, running, ahead }
+        let judged_at_start = self.starts.workers_seen().is_some();
+        Reading {
+            capacity,
+            source,
+            judged_at_start,
+            busy,
+            backlogged,
+            adaptive,
+            claims,
+            demand,
+            offering,
+            running,
+            ahead,
+        }
     }
 
     /// The shared law acts on the slack of the class in the most trouble
@@ -598,7 +611,7 @@ impl Controller {
             Some(class) => {
                 let s = &slacks[class];
                 let window_ms = input.estimates.get(class).map_or(0, |e| e.window_ms);
-                let floor = attribution::cut_floor(reading, self.policies[class].tier);
+                let floor = attribution::cut_floor(reading, self.policies[class].tier, p.headroom);
                 if s.slack_ms < 0.0 && idle_backend(p, s, busy, capacity).is_some() {
                     // The model says "refuse" while the backend has room: the
                     // model is wrong (a margin or prior too tight), not the backend.

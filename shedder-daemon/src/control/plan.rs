@@ -36,6 +36,9 @@ pub(super) struct Reading {
     /// Worker-seconds per second, and whence.
     pub capacity: f64,
     pub source: CapacitySource,
+    /// The server asks `admit` as each job starts (recent starts say how
+    /// many jobs were in service): each job is judged on the wait it had.
+    pub judged_at_start: bool,
     /// Workers in use, worker-seconds per second.
     pub busy: f64,
     /// Some class's queue stands past its backlog mark.
