@@ -8,10 +8,10 @@
 //! class and may cut any tier. How far depends on what else guards the
 //! deadlines: where the server asks `admit` as each job starts, each job is
 //! judged on the wait it really had, so the law need not cut below what the
-//! workers finish (a budget of `capacity / (1 + headroom)` worker-seconds,
-//! with its headroom, lets in what they finish); below that, workers idle
-//! for want of admitted jobs while the fast path sheds ones they could have
-//! served. Where jobs are judged only as they arrive (on a predicted wait),
+//! workers finish: an effective capacity of `capacity / (1 + headroom)`,
+//! whose budget, headroom added, lets in what they finish. Below that,
+//! workers idle for want of admitted jobs while the fast path sheds ones
+//! they could have served. Where jobs are judged only as they arrive (on a predicted wait),
 //! the law is the only check on a learnt figure read too high, and may cut
 //! to half of it.
 
