@@ -15,9 +15,18 @@
 //! target    = room           room = deadline − safety − service term, the
 //!                            wait a job can take and keep its on-time chance
 //!                            (the tightest class with work offered)
+//! wait      = the queue term of the freshest readings
 //! excess    = (wait − target) · capacity          worker-seconds queued too many
 //! admission = max(available − excess / DRAIN_S, available / 2)
 //! ```
+//!
+//! The freshest readings: the classes wait in one queue, and each reads it
+//! over the shortest horizon that holds enough of its own jobs. A class
+//! whose jobs are seldom let in reads it seconds back, past waits long
+//! gone, and a hold on such a reading idles workers beside a queue its
+//! busier neighbours see empty. So the wait is the longest queue term among
+//! the classes read over the shortest horizon (a live queue depth is read
+//! now).
 //!
 //! The whole room: a queue shorter than that costs no job its chance and
 //! keeps every worker fed, so a busy but healthy backend, whose waits come
@@ -39,10 +48,22 @@ pub const DRAIN_S: f64 = 2.0;
 /// the queue is gone.
 pub const MIN_ADMISSION: f64 = 0.5;
 
+/// One class's reading of the queue it shares.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct WaitReading {
+    /// Its queue term, ms.
+    pub wait_ms: f64,
+    /// The wait its jobs can take, ms.
+    pub room_ms: f64,
+    /// How far back the wait was read, ms (0 for a live queue depth).
+    pub horizon_ms: u64,
+}
+
 /// The hold at one tick.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Hold {
-    /// The queue's wait, ms: the longest queue term among classes with work offered.
+    /// The queue's wait, ms: the longest queue term among the freshest
+    /// readings (those over the shortest horizon) of classes with work offered.
     pub wait_ms: f64,
     /// The room of the tightest class, ms.
     pub target_ms: f64,
@@ -51,13 +72,17 @@ pub struct Hold {
 }
 
 impl Hold {
-    /// From each class's (queue term, room) in ms, for classes with work
-    /// offered and measured waits; `capacity` in worker-seconds per second.
-    pub fn measure(classes: impl IntoIterator<Item = (f64, f64)>, capacity: f64) -> Hold {
-        let (mut wait_ms, mut room_ms) = (0.0_f64, f64::INFINITY);
-        for (wait, room) in classes {
-            wait_ms = wait_ms.max(wait);
-            room_ms = room_ms.min(room.max(0.0));
+    /// From each class's [`WaitReading`], for classes with work offered and
+    /// measured waits; `capacity` in worker-seconds per second.
+    pub fn measure(classes: impl IntoIterator<Item = WaitReading>, capacity: f64) -> Hold {
+        let (mut wait_ms, mut room_ms, mut freshest) = (0.0_f64, f64::INFINITY, u64::MAX);
+        for r in classes {
+            room_ms = room_ms.min(r.room_ms.max(0.0));
+            if r.horizon_ms < freshest {
+                (freshest, wait_ms) = (r.horizon_ms, r.wait_ms);
+            } else if r.horizon_ms == freshest {
+                wait_ms = wait_ms.max(r.wait_ms);
+            }
         }
         if !room_ms.is_finite() {
             return Hold::default();
@@ -95,16 +120,21 @@ mod tests {
 
     #[test]
     fn drains_only_a_queue_past_the_room() {
-        /// (classes' (wait, room) ms, capacity, drain worker-s/s)
-        type Case<'a> = (&'a [(f64, f64)], f64, f64);
+        let at = |wait_ms, room_ms, horizon_ms| WaitReading { wait_ms, room_ms, horizon_ms };
+        let read = |wait_ms, room_ms| at(wait_ms, room_ms, 1_000);
+        /// (classes' readings, capacity, drain worker-s/s)
+        type Case<'a> = (&'a [WaitReading], f64, f64);
         let cases: &[Case] = &[
-            (&[(300.0, 2_000.0)], 8.0, 0.0),                 // a healthy busy queue
-            (&[(2_000.0, 2_000.0)], 8.0, 0.0),               // at the target
-            (&[(3_000.0, 1_000.0)], 8.0, 8.0),               // 2 s over: 16 worker-s over 2 s
-            (&[(400.0, 3_000.0), (400.0, 300.0)], 8.0, 0.4), // the tightest class sets it
-            (&[(100.0, -50.0)], 8.0, 0.4),                   // no room at all: any wait is too much
-            (&[], 8.0, 0.0),                                 // nobody offers work
-            (&[(3_000.0, 1_000.0)], f64::INFINITY, 0.0),     // no capacity known
+            (&[read(300.0, 2_000.0)], 8.0, 0.0),                           // a healthy busy queue
+            (&[read(2_000.0, 2_000.0)], 8.0, 0.0),                         // at the target
+            (&[read(3_000.0, 1_000.0)], 8.0, 8.0),                         // 2 s over: 16 worker-s over 2 s
+            (&[read(400.0, 3_000.0), read(400.0, 300.0)], 8.0, 0.4),       // the tightest class sets it
+            (&[read(100.0, -50.0)], 8.0, 0.4),                             // no room at all: any wait is too much
+            (&[at(3_000.0, 9_000.0, 12_000), read(1.0, 100.0)], 8.0, 0.0), // a thin class's old wait
+            (&[at(3_000.0, 9_000.0, 12_000), read(200.0, 100.0)], 8.0, 0.4), // ... the fresh one counts
+            (&[at(600.0, 9_000.0, 0), read(50.0, 100.0)], 8.0, 2.0),       // a live depth is freshest
+            (&[], 8.0, 0.0),                                               // nobody offers work
+            (&[read(3_000.0, 1_000.0)], f64::INFINITY, 0.0),               // no capacity known
         ];
         for &(classes, capacity, drain) in cases {
             let hold = Hold::measure(classes.iter().copied(), capacity);
@@ -113,10 +143,10 @@ mod tests {
             assert_eq!(hold.admission(5.0), (5.0 - drain).max(2.5));
         }
         // Never below half of what is available: the readings lag.
-        assert_eq!(Hold::measure([(9_000.0, 1_000.0)], 8.0).admission(5.0), 2.5);
-        assert_eq!(Hold::measure([(300.0, 2_000.0)], 8.0).words(), "");
+        assert_eq!(Hold::measure([read(9_000.0, 1_000.0)], 8.0).admission(5.0), 2.5);
+        assert_eq!(Hold::measure([read(300.0, 2_000.0)], 8.0).words(), "");
         assert_eq!(
-            Hold::measure([(3_000.0, 1_000.0)], 8.0).words(),
+            Hold::measure([read(3_000.0, 1_000.0)], 8.0).words(),
             "queue wait 3000 ms over its hold of 1000 ms: draining 8.00 worker-s/s, no headroom"
         );
     }

@@ -664,10 +664,7 @@ impl Controller {
             CapacitySource::MaxRates => Hold::default(),
             _ if demand > available => Hold::default(),
             _ => Hold::measure(
-                reading.offering.iter().filter(|n| slacks[*n].has_evidence()).map(|n| {
-                    let s = &slacks[n];
-                    (s.queue_term_ms, s.room_ms())
-                }),
+                reading.offering.iter().filter(|n| slacks[*n].has_evidence()).map(|n| slacks[n].wait_reading()),
                 capacity,
             ),
         };

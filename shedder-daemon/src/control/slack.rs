@@ -43,6 +43,7 @@
 
 use serde::Serialize;
 
+use super::hold::WaitReading;
 use super::params::{ClassPolicy, ControlParams};
 use super::safety;
 use crate::estimate::{ClassEstimate, Source};
@@ -104,6 +105,17 @@ impl Slack {
     /// `deadline − safety − service term`.
     pub fn room_ms(&self) -> f64 {
         self.deadline_ms - self.safety_ms - self.service_term_ms
+    }
+
+    /// Its reading of the shared queue, for the hold: a live depth's
+    /// prediction, when it set the term, is read now.
+    pub fn wait_reading(&self) -> WaitReading {
+        let live = self.predicted_wait_ms.is_some_and(|w| w >= self.queue_age_p95_ms);
+        WaitReading {
+            wait_ms: self.queue_term_ms,
+            room_ms: self.room_ms(),
+            horizon_ms: if live { 0 } else { self.queue_age_horizon_ms },
+        }
     }
 
     /// At least one term is measured (the window, or a live queue depth):
