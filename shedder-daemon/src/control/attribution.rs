@@ -1,4 +1,5 @@
-//! Attribution: which class the shared law acts for, and how far it may cut.
+//! Attribution: which class the shared law acts for, how far it may cut,
+//! and whether a cut that lower tiers would bear is worth making.
 //!
 //! A configured capacity is exact in worker-seconds: the law then acts only
 //! for classes with lower tiers beneath them, and cuts only those lower
@@ -14,6 +15,26 @@
 //! they could have served. Where jobs are judged only as they arrive (on a predicted wait),
 //! the law is the only check on a learnt figure read too high, and may cut
 //! to half of it.
+//!
+//! A cut for a class with lower tiers at work is theirs to bear, and it
+//! is made (or an earlier one kept) only while the wait costs the class's
+//! tier and those above it at least as many on-time jobs as the cut turns
+//! away from the lower tiers ([`cut_worth`]):
+//!
+//! ```text
+//! at stake = Σ higher  jobs/s · (best chance − chance after the wait now)
+//! costs    = (lower share at the capacity − lower share at what the cut leaves)
+//!            · lower on-time jobs per worker-second
+//! share(a) = a − the higher tiers' work, within [0, the lower tiers' work]
+//! ```
+//!
+//! At stake is the most a shorter queue could win back, so the test leans
+//! towards the higher tiers. What it spares: under light load a queue's
+//! waits come from arrivals bunching, and a class whose service spends
+//! most of its deadline loses a little to each; a cut there turned away
+//! many of a lower tier's jobs, which the workers had room for, to win
+//! back a few. Past the capacity only the work the workers would have
+//! finished counts as a cost, so overload is still answered at once.
 
 use super::capacity::CapacitySource;
 use super::plan::Reading;
@@ -48,6 +69,68 @@ pub(super) fn cut_floor(reading: &Reading, tier: Tier, headroom: f64) -> f64 {
         CapacitySource::Learnt => 0.5 * capacity,
         _ => 0.01 * capacity,
     }
+}
+
+/// One class as a cut's worth is judged: jobs/s it brings, what each costs
+/// a worker, and its on-time chance served at once and after the wait now.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(super) struct Chances {
+    pub asked: f64,
+    pub mean_service_ms: f64,
+    pub best: f64,
+    pub now: f64,
+}
+
+/// What a cut for a class would buy and what it would cost, in on-time
+/// jobs per second.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CutWorth {
+    /// What the jobs of the pressed class's tier and those above it lose
+    /// to the wait now: the most that a shorter queue could win back.
+    pub at_stake: f64,
+    /// What the lower tiers' jobs the cut turns away would have finished.
+    pub costs: f64,
+}
+
+impl CutWorth {
+    /// Worth making: the tiers it protects lose at least what it costs.
+    pub fn pays(&self) -> bool {
+        self.at_stake >= self.costs
+    }
+}
+
+/// The worth of a cut for a class of `tier` that leaves admission
+/// `leaves` worker-seconds/s, where lower tiers are at work (the cut is
+/// theirs to bear: the allotments serve the higher tiers' work first);
+/// `None` otherwise.
+pub(super) fn cut_worth(
+    reading: &Reading,
+    tier: Tier,
+    leaves: f64,
+    chances: impl Fn(&str) -> Chances,
+) -> Option<CutWorth> {
+    if reading.tier_demand(|t| t > tier) <= 0.0 {
+        return None;
+    }
+    let (mut at_stake, mut upper_work, mut lower_work, mut lower_on_time) = (0.0, 0.0, 0.0, 0.0);
+    for name in &reading.offering {
+        let (Some(t), c) = (reading.tier_of(name), chances(name)) else { continue };
+        let work = c.asked * c.mean_service_ms / 1000.0;
+        if t <= tier {
+            at_stake += c.asked * (c.best - c.now).max(0.0);
+            upper_work += work;
+        } else {
+            lower_work += work;
+            lower_on_time += c.asked * c.now;
+        }
+    }
+    // What the lower tiers' share comes to: no more than their work, and no
+    // more than the workers finish beside the higher tiers' (work past the
+    // capacity is lost with or without the cut).
+    let share = |admission: f64| (admission - upper_work).clamp(0.0, lower_work);
+    let turned_away = (share(reading.capacity) - share(leaves)).max(0.0);
+    let on_time_per_work = if lower_work > 0.0 { lower_on_time / lower_work } else { 0.0 };
+    Some(CutWorth { at_stake, costs: turned_away * on_time_per_work })
 }
 
 #[cfg(test)]
@@ -110,5 +193,40 @@ mod tests {
             let got = cut_floor(&r, tier, 0.25);
             assert!((got - floor).abs() < 1e-9, "{source:?}, demands {critical} + {batch}: floor {got}, want {floor}");
         }
+    }
+
+    #[test]
+    fn a_cut_is_worth_making_only_where_the_wait_costs_the_tiers_it_protects_more_than_it_turns_away() {
+        // 8 workers; critical brings 10 jobs/s of 200 ms (2 worker-s/s) with
+        // a best chance of 0.95; batch brings jobs of 1 s, every one on time.
+        // (critical's chance now, batch's jobs/s, admission the cut leaves, at stake, costs, pays)
+        let rows = [
+            // Light load: a wait costing critical 2 points (0.2 jobs/s) is
+            // not worth turning away 1 of batch's 4 jobs/s ...
+            (0.93, 4.0, 5.0, 0.2, 1.0, false),
+            // ... one costing it 30 points (3 jobs/s) is.
+            (0.65, 4.0, 5.0, 3.0, 1.0, true),
+            // Past the capacity only what the workers would have finished
+            // counts: cutting 8 to 7 turns away 1 job/s, not 5.
+            (0.93, 10.0, 7.0, 0.2, 1.0, false),
+            (0.84, 10.0, 7.0, 1.1, 1.0, true),
+            // A cut that leaves batch all its work costs nothing.
+            (0.95, 4.0, 6.0, 0.0, 0.0, true),
+        ];
+        for (now, batch_rate, leaves, at_stake, costs, pays) in rows {
+            let r = reading(CapacitySource::Configured, true, 2.0, batch_rate);
+            let chances = |n: &str| match n {
+                "critical" => Chances { asked: 10.0, mean_service_ms: 200.0, best: 0.95, now },
+                _ => Chances { asked: batch_rate, mean_service_ms: 1_000.0, best: 1.0, now: 1.0 },
+            };
+            let worth = cut_worth(&r, Tier::Critical, leaves, chances).expect("batch is at work beneath");
+            let case = format!("critical at {now}, batch {batch_rate}/s, cut to {leaves}: {worth:?}");
+            assert!((worth.at_stake - at_stake).abs() < 1e-9 && (worth.costs - costs).abs() < 1e-9, "{case}");
+            assert_eq!(worth.pays(), pays, "{case}");
+        }
+        // With no lower tier at work the cut is the tier's own: not judged here.
+        let alone = reading(CapacitySource::Configured, true, 2.0, 0.0);
+        let chances = |_: &str| Chances { asked: 10.0, mean_service_ms: 200.0, best: 0.95, now: 0.5 };
+        assert_eq!(cut_worth(&alone, Tier::Critical, 5.0, chances), None);
     }
 }

@@ -182,6 +182,13 @@ pub(super) fn model_words(plan: &CapacityPlan, s: &Slack, class: &str, law: &Mov
         Move::Recover { per_s } => {
             w.push_str(&format!("; effective capacity recovering at +{per_s:.2} worker-s/s per s"))
         }
+        Move::Spared { worth } => w.push_str(&format!(
+            "; no cut on {}'s slack: it would turn away {:.2} on-time jobs/s of lower tiers, more than the {:.2} the \
+             wait costs; effective capacity back to the capacity",
+            plan.pressure_class.as_deref().unwrap_or("?"),
+            worth.costs,
+            worth.at_stake
+        )),
         Move::Stay => {}
     }
     w

@@ -22,6 +22,9 @@
 //!                                  room = D − service term − safety: s with no queue at all
 //! s ≥ h                  recover   r ← r + max_rate·recovery_per_s·taper·dt             [5%/s]
 //!                                  taper = min(1, (s − h)/(full − h)), full = recover_full_at·D [50%]
+//! s < h, lower tiers at  spare     r ← the capacity, when the cut (s < 0) or the one held
+//!   work, the cut not              (0 ≤ s < h) does not pay: see `attribution::cut_worth`
+//!   worth it
 //! ```
 //!
 //! **Multiplicative decrease, additive increase.** Queueing delay rises
@@ -94,6 +97,7 @@
 //! recovers sooner and is noisier.
 //!
 
+use super::attribution::CutWorth;
 use super::params::ControlParams;
 use super::slack::Slack;
 
@@ -130,6 +134,15 @@ pub(crate) enum Move {
     },
     Recover {
         per_s: f64,
+    },
+    /// A cut not made: it would have turned away more of the lower tiers'
+    /// on-time jobs than the tiers it protects lose to the wait (see
+    /// [`super::attribution::cut_worth`]). Nor is an earlier cut worth
+    /// keeping, so it is undone at once: a rate held below what pays only
+    /// sheds jobs the workers have room for, and a climb back at the
+    /// recovery speed takes many seconds.
+    Spared {
+        worth: CutWorth,
     },
     /// Nothing moved (holding, at a bound, or in the dead band).
     Stay,
@@ -176,6 +189,30 @@ impl Law {
     pub fn cut_factor(p: &ControlParams, deficit_ms: f64, deadline_ms: f64) -> f64 {
         let deficit = (deficit_ms / deadline_ms).max(0.0);
         (1.0 - p.cut_gain * deficit).clamp(p.cut_floor, p.cut_ceiling)
+    }
+
+    /// A cut judged not worth making: no episode, and any earlier cut
+    /// undone at once (see [`Move::Spared`]).
+    pub fn spare(&mut self, worth: CutWorth, max_rate: f64) -> Move {
+        self.episode = None;
+        self.rate = max_rate;
+        Move::Spared { worth }
+    }
+
+    /// The rate a cut by `factor` leaves: from what is `admitted` when the
+    /// rate sits above it, never below the floor's share of the rate.
+    pub fn cut_to(&self, p: &ControlParams, factor: f64, admitted: Option<f64>) -> f64 {
+        let base = admitted.map_or(self.rate, |a| a.min(self.rate));
+        (base * factor).max(self.rate * p.cut_floor)
+    }
+
+    /// The dead band's width, ms: slack from 0 up to this neither cuts nor
+    /// recovers. Never more than half the room the class has with no queue
+    /// at all: a class whose service takes nearly all its deadline can never
+    /// show a slack of a tenth of it, and a band above its room would hold a
+    /// cut for good.
+    pub fn dead_band_ms(p: &ControlParams, s: &Slack) -> f64 {
+        (p.recover_headroom * s.deadline_ms).min(BAND_MOST_OF_ROOM * s.room_ms().max(0.0))
     }
 
     /// One tick: `dt_s` since the previous tick, `admitted` the class's
@@ -240,7 +277,7 @@ impl Law {
             // more than the floor off the budget in one step.
             let admitted = admitted.filter(|a| a.is_finite() && *a >= 0.0);
             let base = admitted.map_or(self.rate, |a| a.min(self.rate));
-            let new = (base * factor).max(self.rate * p.cut_floor).clamp(min_rate, max_rate);
+            let new = self.cut_to(p, factor, admitted).clamp(min_rate, max_rate);
             self.episode =
                 Some(Episode { last_cut_ms: now_ms, ref_ms: now_ms, ref_slack: s.slack_ms, ref_depth: s.queue_depth });
             if new >= self.rate {
@@ -251,11 +288,7 @@ impl Law {
         }
 
         self.episode = None;
-        // Never more than half the room the class has with no queue at
-        // all: a class whose service takes nearly all its deadline can never
-        // show a slack of a tenth of it, and a band above its room would
-        // hold a cut for good.
-        let headroom = (p.recover_headroom * s.deadline_ms).min(BAND_MOST_OF_ROOM * s.room_ms().max(0.0));
+        let headroom = Self::dead_band_ms(p, s);
         if s.slack_ms < headroom || self.rate >= max_rate {
             return Move::Stay;
         }

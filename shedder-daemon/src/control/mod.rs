@@ -111,6 +111,7 @@ use serde::Serialize;
 
 pub use ahead::QueueAhead;
 use allocate::{Claim, allocate};
+use attribution::CutWorth;
 use budget::{ClassFacts, TickFacts, rate_of};
 pub use capacity::{CapacityModel, CapacitySource};
 use decision::model_words;
@@ -616,6 +617,8 @@ impl Controller {
                     // The model says "refuse" while the backend has room: the
                     // model is wrong (a margin or prior too tight), not the backend.
                     guard_class = Some(class.clone());
+                } else if let Some(worth) = self.unpaid_cut(p, input, slacks, reading, class, admitted_work) {
+                    law_move = self.shared.spare(worth, capacity);
                 } else {
                     let admitted = Some(admitted_work);
                     law_move = self.shared.step(p, s, now_ms, dt_s, admitted, window_ms, floor, capacity);
@@ -635,6 +638,36 @@ impl Controller {
         // The capacity itself moved (learnt, reconfigured): stay within it.
         self.shared.rate = self.shared.rate.min(capacity);
         LawStep { pressure_class, law_move, guard_class }
+    }
+
+    /// The worth of the cut `class`'s slack calls for, when it would cost
+    /// the lower tiers more than it could buy (see
+    /// [`attribution::cut_worth`]): with negative slack, a first cut on the
+    /// whole deficit, whether the law would cut now or keep an earlier cut;
+    /// in the dead band, the cut the law holds.
+    fn unpaid_cut(
+        &self,
+        p: &ControlParams,
+        input: &TickInputs,
+        slacks: &BTreeMap<String, Slack>,
+        reading: &Reading,
+        class: &str,
+        admitted_work: f64,
+    ) -> Option<CutWorth> {
+        let s = &slacks[class];
+        let leaves = if s.slack_ms < 0.0 {
+            let factor = Law::cut_factor(p, -s.slack_ms, s.deadline_ms);
+            self.shared.cut_to(p, factor, Some(admitted_work))
+        } else if self.shared.rate < reading.capacity && s.slack_ms < Law::dead_band_ms(p, s) {
+            self.shared.rate
+        } else {
+            return None;
+        };
+        if !s.has_evidence() {
+            return None;
+        }
+        let worth = attribution::cut_worth(reading, self.policies[class].tier, leaves, |n| chances(input, slacks, n))?;
+        (!worth.pays()).then_some(worth)
     }
 
     /// What admission may use after the law and the static classes, shared
@@ -743,6 +776,17 @@ struct Sharing {
 /// Worker-seconds per second that `class`'s jobs at `rates` would take.
 fn work(rates: &BTreeMap<String, f64>, slacks: &BTreeMap<String, Slack>, class: &str) -> f64 {
     rate_of(rates, class) * slacks[class].mean_service_ms / 1000.0
+}
+
+/// A class as [`attribution::cut_worth`] judges it.
+fn chances(input: &TickInputs, slacks: &BTreeMap<String, Slack>, class: &str) -> attribution::Chances {
+    let s = &slacks[class];
+    attribution::Chances {
+        asked: asked(input, class),
+        mean_service_ms: s.mean_service_ms,
+        best: s.best_chance,
+        now: s.p_on_time,
+    }
 }
 
 /// Jobs/s a class brings: what it offered, or what got in if more.
