@@ -4,8 +4,11 @@
 //! A configured capacity is exact in worker-seconds: the law then acts only
 //! for classes with lower tiers beneath them, and cuts only those lower
 //! tiers' work (a shared queue is cut where its filler is, not where it
-//! hurts); job-level admission trims the class's own tier. A capacity that
-//! is learnt or guessed may itself be wrong, so there the law acts for every
+//! hurts); job-level admission trims the class's own tier. So is a learnt
+//! capacity the backend has been seen to fill (as many jobs in service at
+//! once as it has workers, to within one, as jobs started): it is never
+//! below the workers seen, so it is not read too high. Any other learnt or
+//! guessed capacity may itself be wrong, so there the law acts for every
 //! class and may cut any tier. How far depends on what else guards the
 //! deadlines: where the server asks `admit` as each job starts, each job is
 //! judged on the wait it really had, so the law need not cut below what the
@@ -48,7 +51,7 @@ pub(super) fn pressure_class(reading: &Reading, slack_share: impl Fn(&str) -> f6
         .offering
         .iter()
         .filter(|n| {
-            reading.source != CapacitySource::Configured
+            !(reading.source == CapacitySource::Configured || reading.capacity_seen_in_use())
                 || reading.tier_of(n).is_some_and(|tier| reading.tier_demand(|t| t > tier) > 0.0)
         })
         .min_by(|a, b| slack_share(a).total_cmp(&slack_share(b)))
@@ -65,7 +68,7 @@ pub(super) fn cut_floor(reading: &Reading, tier: Tier, headroom: f64) -> f64 {
     let capacity = reading.capacity;
     match reading.source {
         _ if reading.tier_demand(|t| t > tier) > 0.0 => reading.tier_demand(|t| t <= tier).min(capacity),
-        CapacitySource::Learnt if reading.judged_at_start => capacity / (1.0 + headroom),
+        CapacitySource::Learnt if reading.judged_at_start() => capacity / (1.0 + headroom),
         CapacitySource::Learnt => 0.5 * capacity,
         _ => 0.01 * capacity,
     }
@@ -138,14 +141,15 @@ mod tests {
     use super::*;
     use crate::control::allocate::Claim;
 
-    /// 8 workers of capacity from `source`, jobs `judged_at_start` or not;
+    /// 8 workers of capacity from `source`; `workers_seen` in service at
+    /// once as jobs started (None: jobs are not judged at start);
     /// `critical` and `batch` offering work, with these demands.
-    fn reading(source: CapacitySource, judged_at_start: bool, critical: f64, batch: f64) -> Reading {
+    fn reading(source: CapacitySource, workers_seen: Option<f64>, critical: f64, batch: f64) -> Reading {
         let claim = |tier, demand| Claim { tier, weight: 1.0, demand };
         Reading {
             capacity: 8.0,
             source,
-            judged_at_start,
+            workers_seen,
             busy: 0.0,
             backlogged: true,
             adaptive: vec!["batch".into(), "critical".into()],
@@ -162,29 +166,34 @@ mod tests {
         // Critical is the more pressed by its slack.
         let share = |n: &str| if n == "critical" { -0.2 } else { 0.1 };
         use CapacitySource::*;
-        // (capacity from, jobs judged at start, critical's demand, batch's demand, acts for, floor)
+        // (capacity from, workers seen as jobs started, critical's demand,
+        // batch's demand, acts for, floor)
         let rows = [
             // Batch beneath it: the law acts for critical and leaves it its claim.
-            (Configured, true, 3.0, 9.0, Some("critical"), 3.0),
-            (Learnt, false, 3.0, 9.0, Some("critical"), 3.0),
-            (Learnt, true, 3.0, 9.0, Some("critical"), 3.0),
+            (Configured, Some(5.0), 3.0, 9.0, Some("critical"), 3.0),
+            (Learnt, None, 3.0, 9.0, Some("critical"), 3.0),
+            (Learnt, Some(5.0), 3.0, 9.0, Some("critical"), 3.0),
+            (Learnt, Some(8.0), 3.0, 9.0, Some("critical"), 3.0),
             // ... but never more than the capacity.
-            (Configured, true, 12.0, 9.0, Some("critical"), 8.0),
+            (Configured, Some(5.0), 12.0, 9.0, Some("critical"), 8.0),
             // No lower tier at work: a configured capacity is exact, so the
-            // law acts for no one (admission trims each tier's own jobs) ...
-            (Configured, false, 3.0, 0.0, None, 0.0),
-            // ... while a learnt one may be wrong: where each job is judged
-            // as it starts, down to what the workers finish under the
-            // budget's headroom (8 / 1.25); where jobs are judged only as
-            // they arrive, to half of it; a guessed one (the classes'
+            // law acts for no one (admission trims each tier's own jobs);
+            // so is a learnt one the backend was seen to fill, within a worker ...
+            (Configured, None, 3.0, 0.0, None, 0.0),
+            (Learnt, Some(8.0), 3.0, 0.0, None, 0.0),
+            (Learnt, Some(7.5), 3.0, 0.0, None, 0.0),
+            // ... while another learnt one may be wrong: where each job is
+            // judged as it starts, down to what the workers finish under
+            // the budget's headroom (8 / 1.25); where jobs are judged only
+            // as they arrive, to half of it; a guessed one (the classes'
             // max_rates) to a sliver.
-            (Learnt, true, 3.0, 0.0, Some("critical"), 6.4),
-            (Learnt, false, 3.0, 0.0, Some("critical"), 4.0),
-            (MaxRates, true, 3.0, 0.0, Some("critical"), 0.08),
-            (MaxRates, false, 3.0, 0.0, Some("critical"), 0.08),
+            (Learnt, Some(7.0), 3.0, 0.0, Some("critical"), 6.4),
+            (Learnt, None, 3.0, 0.0, Some("critical"), 4.0),
+            (MaxRates, Some(8.0), 3.0, 0.0, Some("critical"), 0.08),
+            (MaxRates, None, 3.0, 0.0, Some("critical"), 0.08),
         ];
-        for (source, at_start, critical, batch, acts_for, floor) in rows {
-            let r = reading(source, at_start, critical, batch);
+        for (source, seen, critical, batch, acts_for, floor) in rows {
+            let r = reading(source, seen, critical, batch);
             let class = pressure_class(&r, share);
             assert_eq!(class.as_deref(), acts_for, "{source:?}, demands {critical} + {batch}");
             let Some(tier) = class.as_deref().and_then(|c| r.tier_of(c)) else {
@@ -214,7 +223,7 @@ mod tests {
             (0.95, 4.0, 6.0, 0.0, 0.0, true),
         ];
         for (now, batch_rate, leaves, at_stake, costs, pays) in rows {
-            let r = reading(CapacitySource::Configured, true, 2.0, batch_rate);
+            let r = reading(CapacitySource::Configured, Some(5.0), 2.0, batch_rate);
             let chances = |n: &str| match n {
                 "critical" => Chances { asked: 10.0, mean_service_ms: 200.0, best: 0.95, now },
                 _ => Chances { asked: batch_rate, mean_service_ms: 1_000.0, best: 1.0, now: 1.0 },
@@ -225,7 +234,7 @@ mod tests {
             assert_eq!(worth.pays(), pays, "{case}");
         }
         // With no lower tier at work the cut is the tier's own: not judged here.
-        let alone = reading(CapacitySource::Configured, true, 2.0, 0.0);
+        let alone = reading(CapacitySource::Configured, Some(5.0), 2.0, 0.0);
         let chances = |_: &str| Chances { asked: 10.0, mean_service_ms: 200.0, best: 0.95, now: 0.5 };
         assert_eq!(cut_worth(&alone, Tier::Critical, 5.0, chances), None);
     }

@@ -46,8 +46,9 @@
 //!   capacity it acts only for classes with lower tiers beneath them, and
 //!   cuts only the work of those lower tiers (`attribution.rs`: a shared queue
 //!   is cut where its filler is, not where it hurts); the class's own tier is
-//!   trimmed job by job by admission. With a learnt or guessed capacity it
-//!   may cut any tier, since the capacity itself may be wrong.
+//!   trimmed job by job by admission. So it does with a learnt capacity the
+//!   backend has been seen to fill; with any other learnt or guessed
+//!   capacity it may cut any tier, since the capacity itself may be wrong.
 //! * **A tier's queue kept for its tightest class** ([`wait_limit`]): classes
 //!   of one tier share the queue, so a more patient class's job that waited
 //!   past half the room of a tighter class of its tier, one that finishes at
@@ -565,11 +566,10 @@ impl Controller {
         }
         let mix_mean = if rate_sum > 0.0 { mean_sum / rate_sum } else { 0.0 };
         let ahead = QueueAhead::new(capacity, mix_mean).filter(|_| source != CapacitySource::MaxRates);
-        let judged_at_start = self.starts.workers_seen().is_some();
         Reading {
             capacity,
             source,
-            judged_at_start,
+            workers_seen: self.starts.workers_seen(),
             busy,
             backlogged,
             adaptive,

@@ -36,9 +36,9 @@ pub(super) struct Reading {
     /// Worker-seconds per second, and whence.
     pub capacity: f64,
     pub source: CapacitySource,
-    /// The server asks `admit` as each job starts (recent starts say how
-    /// many jobs were in service): each job is judged on the wait it had.
-    pub judged_at_start: bool,
+    /// The most jobs seen in service at once, the starting one counted, when
+    /// the server asks `admit` as each job starts (it says how many were).
+    pub workers_seen: Option<f64>,
     /// Workers in use, worker-seconds per second.
     pub busy: f64,
     /// Some class's queue stands past its backlog mark.
@@ -61,6 +61,19 @@ pub(super) struct Reading {
 }
 
 impl Reading {
+    /// Each job is judged on the wait it had, as it starts.
+    pub fn judged_at_start(&self) -> bool {
+        self.workers_seen.is_some()
+    }
+
+    /// A learnt capacity the backend has been seen to fill: as many jobs
+    /// in service at once as it has workers, to within one. The figure is
+    /// then not read too high (it is never below the workers seen), and
+    /// what is left of it is a fraction of one worker.
+    pub fn capacity_seen_in_use(&self) -> bool {
+        self.source == CapacitySource::Learnt && self.workers_seen.is_some_and(|seen| seen + 1.0 > self.capacity)
+    }
+
     /// The capacity comes from the backend (configured, learnt or counted),
     /// not from the classes' own max_rates.
     pub fn known(&self) -> bool {
