@@ -13,7 +13,7 @@ mod sim;
 
 use shedder_daemon::control::Tier;
 use shedder_daemon::service_curve::ServiceCurve;
-use sim::{Class, Mode, Outcomes, Workload, blind_bound, run};
+use sim::{Class, Mode, Outcomes, Workload, blind_bound, run, summed};
 
 /// Every family is judged on the sum over these seeds: one seed's figure
 /// swings by several points of the bound with any small change (the loop is
@@ -69,13 +69,7 @@ struct Judged {
 
 /// Each class's outcomes in `mode`, summed over [`SEEDS`].
 fn outcomes(w: &Workload, mode: Mode, from_s: f64, to_s: f64) -> Vec<Outcomes> {
-    let mut total = vec![Outcomes::default(); w.classes.len()];
-    for seed in SEEDS {
-        for (t, o) in total.iter_mut().zip(run(w, mode, seed, from_s, to_s).outcomes) {
-            *t += o;
-        }
-    }
-    total
+    summed(w, mode, &SEEDS, from_s, to_s)
 }
 
 fn judge(w: &Workload, from_s: f64, to_s: f64) -> Judged {

@@ -26,7 +26,7 @@ use rand::rngs::SmallRng;
 use rand::{RngExt, SeedableRng};
 use shedder_daemon::control::Tier;
 use shedder_daemon::service_curve::ServiceCurve;
-use sim::{Class, Mode, Outcomes, Workload, blind_bound, run};
+use sim::{Class, Mode, Outcomes, Workload, blind_bound, summed};
 
 const SHAPES: usize = 48;
 const SEEDS: [u64; 3] = [1, 2, 3];
@@ -72,13 +72,7 @@ fn draw(rng: &mut SmallRng) -> Workload {
 
 /// Each class's outcomes in `mode`, summed over [`SEEDS`].
 fn outcomes(w: &Workload, mode: Mode) -> Vec<Outcomes> {
-    let mut total = vec![Outcomes::default(); w.classes.len()];
-    for seed in SEEDS {
-        for (t, o) in total.iter_mut().zip(run(w, mode, seed, 10.0, w.duration_s).outcomes) {
-            *t += o;
-        }
-    }
-    total
+    summed(w, mode, &SEEDS, 10.0, w.duration_s)
 }
 
 fn describe(w: &Workload) -> String {

@@ -483,6 +483,17 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
     Run { outcomes, decisions }
 }
 
+/// Each class's outcomes over `[from_s, to_s)` in `mode`, summed over `seeds`.
+pub fn summed(w: &Workload, mode: Mode, seeds: &[u64], from_s: f64, to_s: f64) -> Vec<Outcomes> {
+    let mut total = vec![Outcomes::default(); w.classes.len()];
+    for &seed in seeds {
+        for (t, o) in total.iter_mut().zip(run(w, mode, seed, from_s, to_s).outcomes) {
+            *t += o;
+        }
+    }
+    total
+}
+
 impl Run {
     /// The first budget cut of `class` at or after `from_ms`.
     pub fn first_cut(&self, class: &str, from_ms: u64) -> Option<u64> {
