@@ -51,7 +51,7 @@ pub(super) fn pressure_class(reading: &Reading, slack_share: impl Fn(&str) -> f6
         .offering
         .iter()
         .filter(|n| {
-            !(reading.source == CapacitySource::Configured || reading.capacity_seen_in_use())
+            !reading.capacity_trusted()
                 || reading.tier_of(n).is_some_and(|tier| reading.tier_demand(|t| t > tier) > 0.0)
         })
         .min_by(|a, b| slack_share(a).total_cmp(&slack_share(b)))

@@ -66,12 +66,16 @@ impl Reading {
         self.workers_seen.is_some()
     }
 
-    /// A learnt capacity the backend has been seen to fill: as many jobs
-    /// in service at once as it has workers, to within one. The figure is
-    /// then not read too high (it is never below the workers seen), and
-    /// what is left of it is a fraction of one worker.
-    pub fn capacity_seen_in_use(&self) -> bool {
-        self.source == CapacitySource::Learnt && self.workers_seen.is_some_and(|seen| seen + 1.0 > self.capacity)
+    /// The capacity is not read too high: configured, or learnt and seen
+    /// filled (as many jobs in service at once as it has workers, to within
+    /// one: a learnt figure is never below the workers seen, so what is
+    /// left of it is a fraction of one worker).
+    pub fn capacity_trusted(&self) -> bool {
+        match self.source {
+            CapacitySource::Configured => true,
+            CapacitySource::Learnt => self.workers_seen.is_some_and(|seen| seen + 1.0 > self.capacity),
+            CapacitySource::MaxRates => false,
+        }
     }
 
     /// The capacity comes from the backend (configured, learnt or counted),
