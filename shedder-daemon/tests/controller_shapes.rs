@@ -105,11 +105,18 @@ fn random_shapes_against_off_and_queue_cap() {
         let bound: f64 =
             SEEDS.iter().map(|&seed| blind_bound(&w, seed, 10.0, w.duration_s, true).iter().sum::<f64>()).sum();
         let on_time = |o: &[Outcomes]| o.iter().map(|c| c.on_time).collect::<Vec<_>>();
+        let late_share = |o: &[Outcomes]| {
+            let (late, done) = o.iter().fold((0, 0), |(l, d), c| (l + c.late, d + c.late + c.on_time));
+            late as f64 / done.max(1) as f64
+        };
         let share = |o: &[Outcomes]| 100.0 * o.iter().map(|c| c.on_time).sum::<u64>() as f64 / bound.max(1.0);
         let (enforce, off, cap) = (outcomes(&w, Mode::Enforce), outcomes(&w, Mode::Off), outcomes(&w, Mode::QueueCap));
         println!(
-            "batch {batch} shape {shape}: enforce {:.1}% off {:.1}% queue-cap {:.1}% of the bound; on time {:?} / {:?} / {:?}; {}",
+            "batch {batch} shape {shape}: enforce {:.1}% ({:.1}% late, {:.1}% refused at the server) off {:.1}% queue-cap {:.1}% of the bound; on time {:?} / {:?} / {:?}; {}",
             share(&enforce),
+            100.0 * late_share(&enforce),
+            100.0 * enforce.iter().map(|c| c.refused).sum::<u64>() as f64
+                / enforce.iter().map(|c| c.arrived).sum::<u64>().max(1) as f64,
             share(&off),
             share(&cap),
             on_time(&enforce),
@@ -117,6 +124,11 @@ fn random_shapes_against_off_and_queue_cap() {
             on_time(&cap),
             describe(&w)
         );
+        if only.is_some() {
+            for (mode, o) in [("enforce", &enforce), ("off", &off), ("queue-cap", &cap)] {
+                println!("  {mode}: {o:?}");
+            }
+        }
         for (i, c) in w.classes.iter().enumerate() {
             let (e, o) = (enforce[i].on_time, off[i].on_time);
             let gained: u64 = (0..w.classes.len())
