@@ -8,7 +8,9 @@
 //! ```text
 //! left       = deadline − now − safety − expected wait   (0 when asked at start)
 //! p          = P(service ≤ left)                 the class's service curve
-//! p < θ      → reject_deadline (503)              θ = admit_confidence · best_chance
+//! p < θ      → reject_deadline (503)              θ = admit_confidence · best_chance,
+//!                                                 times the chance every worker is busy
+//!                                                 when no job behind it waits for a worker
 //!              unless the backend is idle, as the job's own wait agrees:
 //!              admit (the sanity guard)
 //! a higher tier's jobs missing their deadlines → reject_tier (503): this tier waits
@@ -27,7 +29,11 @@
 //! served at once; a job that has lost more than `1 − admit_confidence` (5%)
 //! of it to waiting yields less on-time work per worker-second than a
 //! fresher job of the same class would, and under load there is one behind
-//! it. Jobs that can never make it (service past the deadline) lower
+//! it. Where none is (asked at start with `waiting_behind` no more than
+//! the workers left free), the worker would idle until the next job, so the
+//! threshold is weighed by the chance that one arrives to find every worker
+//! busy ([`crate::control::contention`]): near 1 on a backend at its
+//! capacity, small on one with workers to spare. Jobs that can never make it (service past the deadline) lower
 //! `best_chance` itself, so a class with a long tail is judged on the jobs
 //! that can make it, not refused whole.
 //!
@@ -81,6 +87,10 @@ pub struct AdmitRequest {
     /// ahead of it. Its wait is then predicted from them (see
     /// [`crate::control::ahead`]); None when asked as the job starts.
     pub waiting_ahead: Option<f64>,
+    /// Asked as the job starts: the jobs still queued behind it, every
+    /// class (None when the server does not say). With none, a worker this
+    /// job is refused would idle until the next arrival.
+    pub waiting_behind: Option<f64>,
     /// The server can keep this job queued and start a later one first.
     pub can_hold: bool,
 }
@@ -253,7 +263,24 @@ pub fn admit<R: Rng + ?Sized>(
         None => String::new(),
     };
     let p = view.curve.p_within(left);
-    let threshold = s.threshold;
+    // A refusal gives the job's worker to a fresher job only where one is
+    // waiting for it. With none queued behind, the threshold is weighed by
+    // the chance that one arrives to find every worker busy (see
+    // `control::contention`).
+    // Jobs behind it beyond the workers left free once it starts: the ones
+    // its worker would otherwise serve.
+    let free_after = running.zip(view.ahead).map_or(0.0, |(running, q)| (q.workers - running - 1.0).max(0.0));
+    let none_waiting =
+        request.waiting_ahead.is_none() && request.waiting_behind.is_some_and(|behind| behind - free_after < 1.0);
+    let threshold = if none_waiting { s.threshold * view.contested } else { s.threshold };
+    let weighed = if none_waiting && view.contested < 1.0 {
+        format!(
+            " ({:.2} weighed by {:.2}, the chance every worker is busy: no job behind it waits for a worker)",
+            s.threshold, view.contested
+        )
+    } else {
+        String::new()
+    };
     let repeat = request.attempt > 1 || request.hedge;
     let (kind, kinds) = if request.hedge { ("hedge", "hedges") } else { ("retry", "retries") };
     let drain = s.queue_term_ms;
@@ -277,7 +304,7 @@ pub fn admit<R: Rng + ?Sized>(
             )
         } else {
             let why = format!(
-                "on-time chance {p:.2} < {threshold:.2} with {left:.0} ms left{waits}; queue drains in ~{drain:.0} ms"
+                "on-time chance {p:.2} < {threshold:.2}{weighed} with {left:.0} ms left{waits}; queue drains in ~{drain:.0} ms"
             );
             (Verdict::RejectDeadline, drain, false, why)
         }
@@ -313,7 +340,7 @@ pub fn admit<R: Rng + ?Sized>(
         );
         (Verdict::RejectBudget, 0.0, false, why)
     } else {
-        (Verdict::Admit, 0.0, false, format!("on-time chance {p:.2} >= {threshold:.2}{waits}"))
+        (Verdict::Admit, 0.0, false, format!("on-time chance {p:.2} >= {threshold:.2}{weighed}{waits}"))
     };
     let retry_after_ms = verdict.http_status().is_some().then(|| retry_after(over_ms, policy, rng));
     AdmitDecision {

@@ -158,6 +158,13 @@ fn every_op_with_good_and_bad_input_on_one_connection() {
         json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "waiting_ahead": -1}),
         "bad_request",
     );
+    // Asked at start, with the jobs still queued behind it: a count, no less than none.
+    let b = c.ok(json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 1.0, "waiting_behind": 0}));
+    assert_eq!(b["verdict"], json!("admit"));
+    c.err(
+        json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 1.0, "waiting_behind": -2}),
+        "bad_request",
+    );
     // A server that can hold a job says so; a fresh job is admitted all the same.
     let h = c.ok(json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 1.0, "can_hold": true}));
     assert_eq!(h["verdict"], json!("admit"));

@@ -36,6 +36,7 @@ fn view(curve: ServiceCurve, idle: bool, pressure: bool) -> ClassView {
         running: None,
         ahead: None,
         wait_limit: None,
+        contested: 1.0,
     }
 }
 
@@ -84,6 +85,7 @@ fn request(age_ms: f64) -> AdmitRequest {
         hedge: false,
         running: None,
         waiting_ahead: None,
+        waiting_behind: None,
         can_hold: false,
     }
 }
@@ -103,6 +105,41 @@ fn verdicts_follow_the_chance_of_finishing_in_time() {
         ("waited 2 s of 3", view(short.clone(), false, false), request(2_000.0), Verdict::Admit, None),
         ("waited 2.7 s of 3", view(short.clone(), false, false), request(2_700.0), Verdict::RejectDeadline, Some(503)),
         ("past its deadline", view(short.clone(), false, false), request(3_500.0), Verdict::RejectDeadline, Some(503)),
+        (
+            "waited 2.7 s of 3 with no job behind it, the workers seldom all busy",
+            ClassView { contested: 0.3, ..view(short.clone(), false, false) },
+            AdmitRequest { waiting_behind: Some(0.0), ..request(2_700.0) },
+            Verdict::Admit,
+            None,
+        ),
+        (
+            "…but not with a job queued behind it and no other worker known free",
+            ClassView { contested: 0.3, ..view(short.clone(), false, false) },
+            AdmitRequest { waiting_behind: Some(1.0), ..request(2_700.0) },
+            Verdict::RejectDeadline,
+            Some(503),
+        ),
+        (
+            "…but with three queued behind it and five workers free after it, as with none",
+            ClassView { contested: 0.3, ahead: QueueAhead::new(8.0, 400.0), ..view(short.clone(), false, false) },
+            AdmitRequest { waiting_behind: Some(3.0), running: Some(2.0), ..request(2_700.0) },
+            Verdict::Admit,
+            None,
+        ),
+        (
+            "…nor with the workers always busy",
+            view(short.clone(), false, false),
+            AdmitRequest { waiting_behind: Some(0.0), ..request(2_700.0) },
+            Verdict::RejectDeadline,
+            Some(503),
+        ),
+        (
+            "…nor past its deadline",
+            ClassView { contested: 0.3, ..view(short.clone(), false, false) },
+            AdmitRequest { waiting_behind: Some(0.0), ..request(3_500.0) },
+            Verdict::RejectDeadline,
+            Some(503),
+        ),
         (
             "idle backend keeps a late job",
             view(short.clone(), true, false),

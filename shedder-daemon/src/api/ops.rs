@@ -233,6 +233,7 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
         hedge: request.hedge,
         running: request.running.map(f64::from),
         waiting_ahead: request.waiting_ahead.map(f64::from),
+        waiting_behind: request.waiting_behind.map(f64::from),
         can_hold: request.can_hold,
     };
     let ledger = control.admissions();

@@ -416,6 +416,15 @@ pub struct Admit {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub waiting_ahead: Option<u32>,
+    /// Asked as a worker takes the job: the jobs still waiting in the
+    /// server's queue behind it (every class). When no more of them are
+    /// waiting than there are workers free, a job whose on-time chance has
+    /// slipped below the class's threshold is refused only as often as the
+    /// workers are all busy: refusing it would idle its worker rather than
+    /// give it to a fresher job.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub waiting_behind: Option<u32>,
     /// The server can keep this job queued and start a later one first (a
     /// priority queue): where a lower tier's job would be refused only for
     /// a higher tier's sake, the answer is then `hold`, not a refusal: keep

@@ -89,6 +89,7 @@ mod allocate;
 mod attribution;
 mod budget;
 pub mod capacity;
+pub mod contention;
 pub mod decision;
 mod feed;
 pub mod gate;
@@ -204,6 +205,10 @@ pub struct ClassView {
     /// tighter deadline, worth as much per worker-second, shares the queue
     /// (see [`wait_limit`]).
     pub wait_limit: Option<WaitLimit>,
+    /// The chance that a job arriving now finds every worker busy (see
+    /// [`contention`]): `admit` weighs its threshold by it for a job that
+    /// no job behind it waits on. 1 where the capacity may be read too high.
+    pub contested: f64,
 }
 
 /// What the control loop measured for one tick.
@@ -378,6 +383,11 @@ impl Controller {
             binding: sharing.binding,
             headroom: sharing.headroom,
         };
+        let contested = if !reading.capacity_trusted() {
+            1.0
+        } else {
+            contention::all_busy_chance(plan.capacity, plan.demand.max(plan.busy))
+        };
         let mut guard_class = law.guard_class;
         let mut decisions = Vec::new();
         for (name, policy) in &self.policies {
@@ -460,6 +470,7 @@ impl Controller {
                     running: reading.running,
                     ahead: reading.ahead,
                     wait_limit: limit,
+                    contested,
                 },
             );
         }

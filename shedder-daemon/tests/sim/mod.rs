@@ -357,6 +357,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         hedge: false,
                         running: Some(busy),
                         waiting_ahead: knows_queue.then_some(queue.len() as f64),
+                        waiting_behind: None,
                         can_hold: false,
                     };
                     if admit(&request, view, &policy, 0.0, params.retry_share_max, &mut rng).verdict != Verdict::Admit {
@@ -387,6 +388,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         hedge: false,
                         running: Some(running),
                         waiting_ahead: None,
+                        waiting_behind: Some((queue.len() + held.len() + still_held.len()) as f64),
                         can_hold: true,
                     };
                     let d = admit(&request, view, &policy, 0.0, params.retry_share_max, &mut rng);
