@@ -28,8 +28,10 @@ const CATCH_UP_DIVISOR: u32 = 4;
 const EARLY_DIVISOR: u32 = 10;
 
 /// A host lets go of a lease this fraction of a tick before Redis frees it:
-/// room for a late timer, or a daemon busy when the local shares take over.
-const LET_GO_EARLY_DIVISOR: u32 = 10;
+/// room for a late timer, or a daemon busy when the local shares take over
+/// (a tenth was not room enough on a loaded 2-core machine: a host cut off
+/// from Redis let go after another host had been granted its share).
+const LET_GO_EARLY_DIVISOR: u32 = 4;
 
 /// What the host reports, kept current by whoever counts connections.
 #[derive(Clone, Debug, Default, PartialEq)]
