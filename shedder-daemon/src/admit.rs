@@ -33,8 +33,8 @@
 //! the workers left free), the worker would idle until the next job, so the
 //! threshold is weighed by the chance that one arrives to find every worker
 //! busy ([`crate::control::contention`]): near 1 on a backend at its
-//! capacity, small on one with workers to spare. Jobs that can never make it (service past the deadline) lower
-//! `best_chance` itself, so a class with a long tail is judged on the jobs
+//! capacity, small on one with workers to spare. Jobs that can never make
+//! it (service past the deadline) lower `best_chance` itself, so a class with a long tail is judged on the jobs
 //! that can make it, not refused whole.
 //!
 //! **Holding instead of refusing.** A tier's refusals protect a higher
@@ -88,8 +88,9 @@ pub struct AdmitRequest {
     /// [`crate::control::ahead`]); None when asked as the job starts.
     pub waiting_ahead: Option<f64>,
     /// Asked as the job starts: the jobs still queued behind it, every
-    /// class (None when the server does not say). With none, a worker this
-    /// job is refused would idle until the next arrival.
+    /// class (None when the server does not say). With no more than the
+    /// workers left free, a worker this job is refused would idle until the
+    /// next arrival.
     pub waiting_behind: Option<f64>,
     /// The server can keep this job queued and start a later one first.
     pub can_hold: bool,
@@ -264,11 +265,9 @@ pub fn admit<R: Rng + ?Sized>(
     };
     let p = view.curve.p_within(left);
     // A refusal gives the job's worker to a fresher job only where one is
-    // waiting for it. With none queued behind, the threshold is weighed by
-    // the chance that one arrives to find every worker busy (see
-    // `control::contention`).
-    // Jobs behind it beyond the workers left free once it starts: the ones
-    // its worker would otherwise serve.
+    // waiting for it: a job behind it beyond the workers left free once it
+    // starts. With none, the threshold is weighed by the chance that one
+    // arrives to find every worker busy (see `control::contention`).
     let free_after = running.zip(view.ahead).map_or(0.0, |(running, q)| (q.workers - running - 1.0).max(0.0));
     let none_waiting =
         request.waiting_ahead.is_none() && request.waiting_behind.is_some_and(|behind| behind - free_after < 1.0);
