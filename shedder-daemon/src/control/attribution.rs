@@ -145,7 +145,7 @@ mod tests {
     /// once as jobs started (None: jobs are not judged at start);
     /// `critical` and `batch` offering work, with these demands.
     fn reading(source: CapacitySource, workers_seen: Option<f64>, critical: f64, batch: f64) -> Reading {
-        let claim = |tier, demand| Claim { tier, weight: 1.0, demand };
+        let claim = |tier, demand| Claim { tier, weight: 1.0, demand, sure: demand };
         Reading {
             capacity: 8.0,
             source,

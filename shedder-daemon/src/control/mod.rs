@@ -26,7 +26,8 @@
 //!   service time whether or not they finish in time, and their size is
 //!   unknown at admission.
 //! * **Allocation** ([`allocate`]): capacity goes tier by tier, by weight
-//!   within a tier. When demand exceeds what is available and overload is
+//!   within a tier, each class's share sized against the others' *sure*
+//!   demand, not their bursts of chance ([`sure`]). When demand exceeds what is available and overload is
 //!   in evidence (a backlog, or a law that has cut), a class's budget is the
 //!   rate its allotment can serve, `allotment / mean service`, plus
 //!   `headroom` (25%; more for a queue that `admit` trims at start to a short
@@ -103,6 +104,7 @@ pub mod reserve;
 pub mod safety;
 pub mod slack;
 mod starts;
+mod sure;
 pub mod tier;
 pub mod wait_limit;
 
@@ -112,7 +114,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 pub use ahead::QueueAhead;
-use allocate::{Claim, allocate};
+use allocate::{Claim, allocate, allot};
 use attribution::CutWorth;
 use budget::{ClassFacts, TickFacts, rate_of};
 pub use capacity::{CapacityModel, CapacitySource};
@@ -154,6 +156,10 @@ struct State {
     /// [`DEMAND_MEMORY_S`], so that one quiet second of a class being held
     /// back does not read as "no demand" and let it flood back.
     demand: f64,
+    /// The last second's work averaged over [`sure::MEAN_DEMAND_WINDOW_S`]:
+    /// what the class counts for when another class's share is sized,
+    /// unless a count beyond chance says more (see [`allocate`]).
+    demand_mean: f64,
     /// The last mean service time measured, ms (0 until one is).
     mean_service_ms: f64,
     /// A budget, jobs/s, that the allotted one is kept at or above: raised
@@ -563,7 +569,16 @@ impl Controller {
                 let state = self.states.get_mut(n).expect("a state for every policy");
                 let now = work(input.offered, slacks, n).max(work(input.admitted, slacks, n));
                 state.demand = now.max(state.demand * decay);
-                Claim { tier: self.policies[n].tier, weight: self.policies[n].weight, demand: state.demand }
+                state.demand_mean += (dt_s / sure::MEAN_DEMAND_WINDOW_S).min(1.0) * (now - state.demand_mean);
+                let sure = sure::sure_part(
+                    state.demand,
+                    state.demand_mean,
+                    now,
+                    asked(input, n),
+                    slacks[n].mean_service_ms / 1000.0,
+                );
+                let policy = &self.policies[n];
+                Claim { tier: policy.tier, weight: policy.weight, demand: state.demand, sure }
             })
             .collect();
         let demand = claims.iter().map(|c| c.demand).sum();
@@ -721,8 +736,21 @@ impl Controller {
         // a law that has cut): a demand estimate above capacity with no queue
         // behind it is noise, and refusing on it would cost work that fits.
         let binding = demand > admission && (reading.backlogged || effective < capacity);
-        let shares = allocate(admission, &reading.claims);
-        let allocation = reading.adaptive.iter().cloned().zip(shares).collect();
+        // Each class's share against the others' sure demand (see
+        // `allocate`), unless `admit` already refuses more of what the fast
+        // path lets in than the waste tolerance: the fast path carries the
+        // refusals, and more room would only move them to the server.
+        let plain = allocate(admission, &reading.claims);
+        let against_sure = allot(admission, &reading.claims);
+        let allocation = reading
+            .adaptive
+            .iter()
+            .zip(plain.into_iter().zip(against_sure))
+            .map(|(n, (plain, against_sure))| {
+                let wasteful = rate_of(input.wasted, n) > p.waste_tolerance * rate_of(input.admitted, n);
+                (n.clone(), if wasteful { plain } else { against_sure })
+            })
+            .collect();
         self.plan = CapacityPlan {
             capacity,
             source: Some(source),
@@ -830,6 +858,7 @@ fn initial_state(policy: &ClassPolicy) -> State {
         gated: false,
         guard_logged: false,
         demand: 0.0,
+        demand_mean: 0.0,
         mean_service_ms: 0.0,
         probe: 0.0,
     }
