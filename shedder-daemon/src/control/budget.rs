@@ -47,6 +47,8 @@ pub(super) struct ClassFacts<'a> {
     pub slack: &'a Slack,
     /// Its allotment, worker-seconds/s.
     pub share: f64,
+    /// Of it, what the other classes' bursts of chance would have taken.
+    pub beyond_chance: f64,
     pub reserve: Option<Reserve>,
     /// The sanity guard's test found the backend idle.
     pub idle: bool,
@@ -105,6 +107,12 @@ pub(super) fn adaptive(tick: &TickFacts, class: &ClassFacts, probe: &mut f64, ma
             s.mean_service_ms,
             headroom * 100.0
         ));
+        if class.beyond_chance > 0.005 {
+            words.push(format!(
+                "{:.2} of it is room the other classes' bursts of chance would have taken",
+                class.beyond_chance
+            ));
+        }
         let model = jobs * (1.0 + headroom);
         if *probe > model {
             words.push(format!("raised to {:.2} jobs/s: workers were free under it (the mean lags)", *probe));

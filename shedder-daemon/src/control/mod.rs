@@ -422,7 +422,8 @@ impl Controller {
                         name,
                         policy,
                         slack: &s,
-                        share: sharing.allocation[name],
+                        share: sharing.allocation[name].share,
+                        beyond_chance: sharing.allocation[name].beyond_chance,
                         reserve,
                         idle: idle.is_some(),
                         demand: state.demand,
@@ -440,7 +441,7 @@ impl Controller {
                 }
             };
             state.gated = gated;
-            let allocation = sharing.binding.then(|| sharing.allocation.get(name).copied()).flatten();
+            let allocation = sharing.binding.then(|| sharing.allocation.get(name).map(|a| a.share)).flatten();
             if let Some(action) = change(state, policy, target, was_gated, &p) {
                 decisions.push(Decision {
                     at_ms: now_ms,
@@ -748,7 +749,8 @@ impl Controller {
             .zip(plain.into_iter().zip(against_sure))
             .map(|(n, (plain, against_sure))| {
                 let wasteful = rate_of(input.wasted, n) > p.waste_tolerance * rate_of(input.admitted, n);
-                (n.clone(), if wasteful { plain } else { against_sure })
+                let share = if wasteful { plain } else { against_sure };
+                (n.clone(), Allotment { share, beyond_chance: (share - plain).max(0.0) })
             })
             .collect();
         self.plan = CapacityPlan {
@@ -808,8 +810,17 @@ struct Sharing {
     headroom: f64,
     /// Demand exceeds what admission may use, with overload in evidence.
     binding: bool,
-    /// Worker-seconds per second, per adaptive class.
-    allocation: BTreeMap<String, f64>,
+    /// Per adaptive class.
+    allocation: BTreeMap<String, Allotment>,
+}
+
+/// One class's allotment, worker-seconds per second.
+#[derive(Clone, Copy, Debug)]
+struct Allotment {
+    share: f64,
+    /// Of the share, what the other classes' bursts of chance would have
+    /// taken had their whole demand been counted (see `allocate`).
+    beyond_chance: f64,
 }
 
 /// Worker-seconds per second that `class`'s jobs at `rates` would take.

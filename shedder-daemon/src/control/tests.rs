@@ -706,3 +706,33 @@ fn a_class_is_not_cut_while_its_first_service_times_come_in() {
     let plan = c.capacity_plan();
     assert_eq!((plan.effective, plan.source), (plan.capacity, Some(CapacitySource::MaxRates)));
 }
+
+#[test]
+fn a_burst_of_chance_in_a_sparse_higher_class_does_not_take_a_lower_tier_s_share() {
+    // Two workers. A critical class of long jobs (mean ~1.25 s) at 0.3/s,
+    // then a second in which 2 arrive; beside it a standard class asking
+    // for more than the workers (20/s of ~125 ms).
+    let long = ClassPolicy { deadline_ms: 10_000.0, tier: Tier::Critical, ..adaptive(0.1, 10.0, false) };
+    let chat = adaptive(1.0, 40.0, false);
+    let params = ControlParams { workers: Some(2.0), ..ControlParams::default() };
+    let mut c =
+        Controller::new(params, BTreeMap::from([("long".to_string(), long), ("chat".to_string(), chat)])).unwrap();
+    let mut est: BTreeMap<String, ClassEstimate> =
+        [("long", estimate("long", 50.0, 3_000.0)), ("chat", estimate("chat", 50.0, 300.0))]
+            .into_iter()
+            .map(|(n, e)| (n.to_string(), e))
+            .collect();
+    let rates = |long: f64| BTreeMap::from([("long".to_string(), long), ("chat".to_string(), 20.0)]);
+    for t in 0..300 {
+        tick(&mut c, ms(t * 100), &est, &[], &rates(0.3));
+    }
+    // The burst, with a queue standing: the allotments bind.
+    est.insert("chat".into(), estimate("chat", 400.0, 300.0));
+    let d = tick(&mut c, ms(30_000), &est, &[], &rates(2.0));
+    let share = c.view("chat").and_then(|v| v.allocation).expect("the allotments bind");
+    // Counted whole, the burst (2.5 worker-s/s) would leave chat nothing;
+    // its 10 s mean (~0.37) leaves it most of the two workers.
+    assert!(share > 1.5, "chat allotted {share:.2} worker-s/s");
+    let chat = d.iter().find(|d| d.class == "chat").expect("chat's budget moved");
+    assert!(chat.reason.contains("room the other classes' bursts of chance would have taken"), "{}", chat.reason);
+}
