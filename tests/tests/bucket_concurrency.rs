@@ -120,7 +120,9 @@ fn concurrent_cpus_never_admit_more_than_a_tenant_holds() {
     let class = datapath.class_snapshots().unwrap().remove(0).counters;
     let tenant = datapath.tenant_snapshots().unwrap().remove(0).counters;
     assert_eq!(tenant.offered(), sent, "every SYN from every CPU is counted once for its tenant");
-    assert_eq!((tenant.admitted, tenant.over_class), (5000, 0), "admitted of a 5000-token tenant: {tenant:?}");
+    assert_eq!(tenant.admitted, 5000, "admitted of a 5000-token tenant: {tenant:?}");
+    // Only contention judges the plentiful class empty (see below).
+    assert!(tenant.over_class * 1000 < sent, "{tenant:?}: contention judged more than 0.1% empty");
     assert_eq!(class.admitted, 5000, "the class admits only what the tenant let through");
 }
 
@@ -131,7 +133,12 @@ fn a_class_refusal_gives_the_tenant_back_exactly_its_tokens_under_concurrency() 
     let tenant = datapath.tenant_snapshots().unwrap().remove(0);
     let t = tenant.counters;
     assert_eq!(class.counters.admitted, 3000, "{:?}", class.counters);
-    assert_eq!((t.admitted, t.over_tenant, t.over_class), (3000, 0, sent - 3000), "{t:?}");
+    assert_eq!((t.admitted, t.over_tenant + t.over_class), (3000, sent - 3000), "{t:?}");
+    // The tenant never runs dry here, but a charge that loses the
+    // compare-and-swap race to the other CPU four times running is judged
+    // empty (`shedder-ebpf/src/bucket.rs`): rare, not impossible (1 SYN of
+    // 400,000 in one CI run). It takes no token, so none is owed back.
+    assert!(t.over_tenant * 1000 < sent, "{t:?}: contention judged more than 0.1% empty");
     // Every refused SYN's token came back: the tenant spent only what the
     // class admitted (plus refill far below one token over the test).
     let left = tenant.available_milli;
