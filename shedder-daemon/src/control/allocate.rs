@@ -18,8 +18,7 @@
 //! capacity by what chance might bring; when it does, `admit` sorts the
 //! jobs at start, where the reserve keeps the higher tiers' workers. (A
 //! class whose admissions `admit` already refuses past the waste tolerance
-//! keeps its share against the others' whole demand: the fast path carries
-//! the refusals.)
+//! keeps less: [`super::share`].)
 
 use super::tier::Tier;
 

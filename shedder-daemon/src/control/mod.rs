@@ -102,6 +102,7 @@ pub mod params;
 pub mod plan;
 pub mod reserve;
 pub mod safety;
+mod share;
 pub mod slack;
 mod starts;
 mod sure;
@@ -738,18 +739,24 @@ impl Controller {
         // behind it is noise, and refusing on it would cost work that fits.
         let binding = demand > admission && (reading.backlogged || effective < capacity);
         // Each class's share against the others' sure demand (see
-        // `allocate`), unless `admit` already refuses more of what the fast
-        // path lets in than the waste tolerance: the fast path carries the
-        // refusals, and more room would only move them to the server.
+        // `allocate`), less what `admit` would refuse of it (see `share`).
         let plain = allocate(admission, &reading.claims);
         let against_sure = allot(admission, &reading.claims);
+        let past_tolerance = |n: &str| rate_of(input.wasted, n) > p.waste_tolerance * rate_of(input.admitted, n);
+        let top_wasting_tier =
+            reading.adaptive.iter().zip(&reading.claims).filter(|(n, _)| past_tolerance(n)).map(|(_, c)| c.tier).min();
         let allocation = reading
             .adaptive
             .iter()
+            .zip(&reading.claims)
             .zip(plain.into_iter().zip(against_sure))
-            .map(|(n, (plain, against_sure))| {
-                let wasteful = rate_of(input.wasted, n) > p.waste_tolerance * rate_of(input.admitted, n);
-                let share = if wasteful { plain } else { against_sure };
+            .map(|((n, claim), (plain, against_sure))| {
+                let waste = share::Waste {
+                    past_tolerance: past_tolerance(n),
+                    higher_tier_past_tolerance: top_wasting_tier.is_some_and(|t| t < claim.tier),
+                    refused_work: work(input.wasted, slacks, n),
+                };
+                let share = share::share(plain, against_sure, waste);
                 (n.clone(), Allotment { share, beyond_chance: (share - plain).max(0.0) })
             })
             .collect();

@@ -69,8 +69,8 @@ pub struct ControlParams {
     pub retry_share_max: f64,
     /// Wasted admissions above this fraction of a class's admitted rate
     /// are named in its decisions (they are counted in the metrics always),
-    /// and size its share against the other classes' whole demand, not
-    /// their sure part (see `control::allocate`).
+    /// and shrink its share to what `admit` would not refuse (see
+    /// `control::share`).
     #[serde(default = "d_waste_tolerance")]
     pub waste_tolerance: f64,
     /// Below this fraction of capacity in use, with a short queue, the

@@ -33,15 +33,20 @@ fn tick(
     gpu: &[GpuReading],
     admitted: &BTreeMap<String, f64>,
 ) -> Vec<Decision> {
-    let inputs = TickInputs {
-        estimates,
-        gpu,
-        admitted,
-        offered: admitted,
-        wasted: &BTreeMap::new(),
-        trimmed: &BTreeMap::new(),
-        starts: &[],
-    };
+    tick_wasting(c, at, estimates, gpu, admitted, &BTreeMap::new())
+}
+
+/// [`tick`], with `wasted` jobs/s of each class refused by `admit`.
+fn tick_wasting(
+    c: &mut Controller,
+    at: Duration,
+    estimates: &BTreeMap<String, ClassEstimate>,
+    gpu: &[GpuReading],
+    admitted: &BTreeMap<String, f64>,
+    wasted: &BTreeMap<String, f64>,
+) -> Vec<Decision> {
+    let inputs =
+        TickInputs { estimates, gpu, admitted, offered: admitted, wasted, trimmed: &BTreeMap::new(), starts: &[] };
     c.tick(at, &inputs)
 }
 
@@ -707,11 +712,13 @@ fn a_class_is_not_cut_while_its_first_service_times_come_in() {
     assert_eq!((plan.effective, plan.source), (plan.capacity, Some(CapacitySource::MaxRates)));
 }
 
-#[test]
-fn a_burst_of_chance_in_a_sparse_higher_class_does_not_take_a_lower_tier_s_share() {
-    // Two workers. A critical class of long jobs (mean ~1.25 s) at 0.3/s,
-    // then a second in which 2 arrive; beside it a standard class asking
-    // for more than the workers (20/s of ~125 ms).
+/// Two workers. A critical class of long jobs (mean ~1.25 s) at 0.3/s,
+/// then a second in which 2 arrive, with a queue standing; beside it a
+/// standard class asking for more than the workers (20/s of ~125 ms), of
+/// which `admit` refuses `chat_wasted` jobs/s and of the long class
+/// `long_wasted`. Returns chat's allotment, worker-s/s, and the decisions
+/// of the burst's tick.
+fn chance_burst_beside_chat(chat_wasted: f64, long_wasted: f64) -> (f64, Vec<Decision>) {
     let long = ClassPolicy { deadline_ms: 10_000.0, tier: Tier::Critical, ..adaptive(0.1, 10.0, false) };
     let chat = adaptive(1.0, 40.0, false);
     let params = ControlParams { workers: Some(2.0), ..ControlParams::default() };
@@ -728,11 +735,30 @@ fn a_burst_of_chance_in_a_sparse_higher_class_does_not_take_a_lower_tier_s_share
     }
     // The burst, with a queue standing: the allotments bind.
     est.insert("chat".into(), estimate("chat", 400.0, 300.0));
-    let d = tick(&mut c, ms(30_000), &est, &[], &rates(2.0));
-    let share = c.view("chat").and_then(|v| v.allocation).expect("the allotments bind");
+    let wasted = BTreeMap::from([("long".to_string(), long_wasted), ("chat".to_string(), chat_wasted)]);
+    let d = tick_wasting(&mut c, ms(30_000), &est, &[], &rates(2.0), &wasted);
+    (c.view("chat").and_then(|v| v.allocation).expect("the allotments bind"), d)
+}
+
+#[test]
+fn a_burst_of_chance_in_a_sparse_higher_class_does_not_take_a_lower_tier_s_share() {
+    let (share, d) = chance_burst_beside_chat(0.0, 0.0);
     // Counted whole, the burst (2.5 worker-s/s) would leave chat nothing;
     // its 10 s mean (~0.37) leaves it most of the two workers.
     assert!(share > 1.5, "chat allotted {share:.2} worker-s/s");
     let chat = d.iter().find(|d| d.class == "chat").expect("chat's budget moved");
     assert!(chat.reason.contains("room the other classes' bursts of chance would have taken"), "{}", chat.reason);
+}
+
+#[test]
+fn a_class_admit_refuses_keeps_only_the_room_it_would_not_waste() {
+    let (whole, _) = chance_burst_beside_chat(0.0, 0.0);
+    // `admit` refuses 4 of chat's 20 jobs/s (~0.5 worker-s/s): chat keeps
+    // the room the long class's burst would have taken, less that work.
+    let (wasting, _) = chance_burst_beside_chat(4.0, 0.0);
+    assert!(wasting > 0.8 && wasting < whole - 0.3, "chat allotted {wasting:.2} of {whole:.2} worker-s/s");
+    // With the critical class refused too, its burst is real work the
+    // workers cannot finish: chat gets only the room left beside it.
+    let (behind_waste, _) = chance_burst_beside_chat(4.0, 0.5);
+    assert!(behind_waste < 0.1, "chat allotted {behind_waste:.2} worker-s/s");
 }
