@@ -189,6 +189,10 @@ pub(super) fn model_words(plan: &CapacityPlan, s: &Slack, class: &str, law: &Mov
             worth.costs,
             worth.at_stake
         )),
+        Move::Lifted { spare } => w.push_str(&format!(
+            "; effective capacity lifted by {spare:.0} workers: each recent start found them free under the cut, \
+             and admit refuses no class past the waste tolerance"
+        )),
         Move::Stay => {}
     }
     w

@@ -25,6 +25,9 @@
 //! s < h, lower tiers at  spare     r ← the capacity, when the cut (s < 0) or the one held
 //!   work, the cut not              (0 ≤ s < h) does not pay: see `attribution::cut_worth`
 //!   worth it
+//! r < capacity, workers   lift      r ← min(r + w, capacity), the episode ends; w: workers
+//!   free at every recent           free at the busiest of the last ⌈capacity⌉ starts, while
+//!   start                          `admit` refuses no class past the waste tolerance (`Move::Lifted`)
 //! ```
 //!
 //! **Multiplicative decrease, additive increase.** Queueing delay rises
@@ -144,6 +147,15 @@ pub(crate) enum Move {
     Spared {
         worth: CutWorth,
     },
+    /// A cut too deep: every recent start found `spare` workers free
+    /// beyond it, while `admit` refused no class past the waste tolerance.
+    /// No queue stands for the cut to drain (a windowed wait can read
+    /// high for seconds after one has gone), and the jobs it turns away
+    /// are ones the workers would have started; so the rate rises by the
+    /// workers it left idle, and a further cut needs new evidence.
+    Lifted {
+        spare: f64,
+    },
     /// Nothing moved (holding, at a bound, or in the dead band).
     Stay,
 }
@@ -197,6 +209,14 @@ impl Law {
         self.episode = None;
         self.rate = max_rate;
         Move::Spared { worth }
+    }
+
+    /// Lifts a cut that leaves `spare` workers idle (see [`Move::Lifted`]),
+    /// never past `capacity`; ends the episode.
+    pub fn lift(&mut self, spare: f64, capacity: f64) -> Move {
+        self.episode = None;
+        self.rate = (self.rate + spare).min(capacity);
+        Move::Lifted { spare }
     }
 
     /// The rate a cut by `factor` leaves: from what is `admitted` when the

@@ -645,6 +645,8 @@ impl Controller {
                     // The model says "refuse" while the backend has room: the
                     // model is wrong (a margin or prior too tight), not the backend.
                     guard_class = Some(class.clone());
+                } else if let Some(spare) = self.idle_under_cut(p, input, reading) {
+                    law_move = self.shared.lift(spare, capacity);
                 } else if let Some(worth) = self.unpaid_cut(p, input, slacks, reading, class, admitted_work) {
                     law_move = self.shared.spare(worth, capacity);
                 } else {
@@ -666,6 +668,14 @@ impl Controller {
         // The capacity itself moved (learnt, reconfigured): stay within it.
         self.shared.rate = self.shared.rate.min(capacity);
         LawStep { pressure_class, law_move, guard_class }
+    }
+
+    /// The workers the law's cut leaves free at every recent start, while
+    /// `admit` refuses no class past the waste tolerance (see
+    /// [`Move::Lifted`]).
+    fn idle_under_cut(&self, p: &ControlParams, input: &TickInputs, reading: &Reading) -> Option<f64> {
+        let wasting = reading.adaptive.iter().any(|n| past_waste_tolerance(p, input, n));
+        (self.shared.rate < reading.capacity && !wasting).then(|| self.starts.spare(reading.capacity)).flatten()
     }
 
     /// The worth of the cut `class`'s slack calls for, when it would cost
@@ -742,9 +752,13 @@ impl Controller {
         // `allocate`), less what `admit` would refuse of it (see `share`).
         let plain = allocate(admission, &reading.claims);
         let against_sure = allot(admission, &reading.claims);
-        let past_tolerance = |n: &str| rate_of(input.wasted, n) > p.waste_tolerance * rate_of(input.admitted, n);
-        let top_wasting_tier =
-            reading.adaptive.iter().zip(&reading.claims).filter(|(n, _)| past_tolerance(n)).map(|(_, c)| c.tier).min();
+        let top_wasting_tier = reading
+            .adaptive
+            .iter()
+            .zip(&reading.claims)
+            .filter(|(n, _)| past_waste_tolerance(p, input, n))
+            .map(|(_, c)| c.tier)
+            .min();
         let allocation = reading
             .adaptive
             .iter()
@@ -752,7 +766,7 @@ impl Controller {
             .zip(plain.into_iter().zip(against_sure))
             .map(|((n, claim), (plain, against_sure))| {
                 let waste = share::Waste {
-                    past_tolerance: past_tolerance(n),
+                    past_tolerance: past_waste_tolerance(p, input, n),
                     higher_tier_past_tolerance: top_wasting_tier.is_some_and(|t| t < claim.tier),
                     refused_work: work(input.wasted, slacks, n),
                 };
@@ -833,6 +847,12 @@ struct Allotment {
 /// Worker-seconds per second that `class`'s jobs at `rates` would take.
 fn work(rates: &BTreeMap<String, f64>, slacks: &BTreeMap<String, Slack>, class: &str) -> f64 {
     rate_of(rates, class) * slacks[class].mean_service_ms / 1000.0
+}
+
+/// Whether `admit` refused more of `class` than the waste tolerance of what
+/// the fast path let in.
+fn past_waste_tolerance(p: &ControlParams, input: &TickInputs, class: &str) -> bool {
+    rate_of(input.wasted, class) > p.waste_tolerance * rate_of(input.admitted, class)
 }
 
 /// A class as [`attribution::cut_worth`] judges it.

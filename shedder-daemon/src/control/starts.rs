@@ -63,6 +63,13 @@ impl StartLog {
         }
     }
 
+    /// The workers free beyond the starting job at the busiest of the last
+    /// `capacity` starts, when that is at least one (the backend reads
+    /// [`Backend::Starved`] with none kept).
+    pub fn spare(&self, capacity: f64) -> Option<f64> {
+        self.free_at_busiest(capacity).filter(|free| *free >= 1.0)
+    }
+
     /// Workers free beyond the starting job at the busiest of the last
     /// `capacity` starts (rounded up), when the last tick brought starts and
     /// that many have been seen.
@@ -101,8 +108,10 @@ mod tests {
         log.record(&[3.0, 1.0, 0.0, 2.0, 1.0]);
         assert_eq!(log.backend(4.0, 0.0), Backend::Starved);
         assert_eq!(log.backend(4.0, 1.0), Backend::Unclear);
+        assert_eq!(log.spare(4.0), Some(1.0));
         log.record(&[3.0]);
         assert_eq!(log.backend(4.0, 0.0), Backend::Full);
+        assert_eq!(log.spare(4.0), None);
         // A tick with no starts says nothing new.
         let mut log = StartLog::default();
         log.record(&[0.0; 4]);

@@ -33,10 +33,11 @@ fn tick(
     gpu: &[GpuReading],
     admitted: &BTreeMap<String, f64>,
 ) -> Vec<Decision> {
-    tick_wasting(c, at, estimates, gpu, admitted, &BTreeMap::new())
+    tick_wasting(c, at, estimates, gpu, admitted, &BTreeMap::new(), &[])
 }
 
-/// [`tick`], with `wasted` jobs/s of each class refused by `admit`.
+/// [`tick`], with `wasted` jobs/s of each class refused by `admit`, and the
+/// jobs in service as each of the tick's jobs `started`.
 fn tick_wasting(
     c: &mut Controller,
     at: Duration,
@@ -44,9 +45,10 @@ fn tick_wasting(
     gpu: &[GpuReading],
     admitted: &BTreeMap<String, f64>,
     wasted: &BTreeMap<String, f64>,
+    started: &[f64],
 ) -> Vec<Decision> {
     let inputs =
-        TickInputs { estimates, gpu, admitted, offered: admitted, wasted, trimmed: &BTreeMap::new(), starts: &[] };
+        TickInputs { estimates, gpu, admitted, offered: admitted, wasted, trimmed: &BTreeMap::new(), starts: started };
     c.tick(at, &inputs)
 }
 
@@ -736,7 +738,7 @@ fn chance_burst_beside_chat(chat_wasted: f64, long_wasted: f64) -> (f64, Vec<Dec
     // The burst, with a queue standing: the allotments bind.
     est.insert("chat".into(), estimate("chat", 400.0, 300.0));
     let wasted = BTreeMap::from([("long".to_string(), long_wasted), ("chat".to_string(), chat_wasted)]);
-    let d = tick_wasting(&mut c, ms(30_000), &est, &[], &rates(2.0), &wasted);
+    let d = tick_wasting(&mut c, ms(30_000), &est, &[], &rates(2.0), &wasted, &[]);
     (c.view("chat").and_then(|v| v.allocation).expect("the allotments bind"), d)
 }
 
@@ -761,4 +763,42 @@ fn a_class_admit_refuses_keeps_only_the_room_it_would_not_waste() {
     // workers cannot finish: chat gets only the room left beside it.
     let (behind_waste, _) = chance_burst_beside_chat(4.0, 0.5);
     assert!(behind_waste < 0.1, "chat allotted {behind_waste:.2} worker-s/s");
+}
+
+/// Four workers; a critical class whose queue read a 4 s wait (slack
+/// negative) beside a sheddable one, and the law cut for it; then, with the
+/// wait still in the window, four starts on a tick each found three
+/// workers free, while `admit` refused `wasted` jobs/s of the sheddable
+/// class's 5. Returns the effective capacity after the cut and after
+/// those starts.
+fn starts_under_a_cut(wasted: f64) -> (f64, f64) {
+    let params = ControlParams { workers: Some(4.0), ..ControlParams::default() };
+    let chat = ClassPolicy { tier: Tier::Critical, ..adaptive(1.0, 40.0, false) };
+    let batch = ClassPolicy { tier: Tier::Sheddable, ..adaptive(1.0, 40.0, false) };
+    let mut c =
+        Controller::new(params, BTreeMap::from([("chat".to_string(), chat), ("batch".to_string(), batch)])).unwrap();
+    let admitted = BTreeMap::from([("chat".to_string(), 30.0), ("batch".to_string(), 5.0)]);
+    let with_chat_wait = |ms: f64| -> BTreeMap<String, ClassEstimate> {
+        [("chat", estimate("chat", ms, 300.0)), ("batch", estimate("batch", 50.0, 300.0))]
+            .into_iter()
+            .map(|(n, e)| (n.to_string(), e))
+            .collect()
+    };
+    tick(&mut c, ms(100), &with_chat_wait(50.0), &[], &admitted);
+    tick(&mut c, ms(200), &with_chat_wait(4_000.0), &[], &admitted);
+    let cut = c.capacity_plan().effective;
+    let refused = BTreeMap::from([("batch".to_string(), wasted)]);
+    tick_wasting(&mut c, ms(300), &with_chat_wait(4_000.0), &[], &admitted, &refused, &[0.0; 4]);
+    (cut, c.capacity_plan().effective)
+}
+
+#[test]
+fn a_cut_that_leaves_workers_idle_at_every_start_is_lifted_by_them() {
+    let (cut, lifted) = starts_under_a_cut(0.0);
+    assert!(cut < 4.0, "the wait cut the effective capacity to {cut:.2}");
+    assert_eq!(lifted, 4.0, "{cut:.2} lifted by three workers, to at most the four");
+    // While admit refuses past the waste tolerance (1 of 5), the refusals
+    // say the jobs let in are not all ones the workers would start: held.
+    let (cut, held) = starts_under_a_cut(1.0);
+    assert!(held <= cut + 1e-9, "{cut:.2} -> {held:.2}");
 }
