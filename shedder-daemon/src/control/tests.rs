@@ -603,27 +603,42 @@ fn the_capacity_is_learnt_from_a_scraped_running_count_as_from_completions() {
     }
 }
 
-#[test]
-fn lower_tiers_leave_workers_free_for_the_tiers_above_with_work() {
-    // 8 workers; critical asks 4.5 workers' work, standard nothing,
-    // sheddable some.
+/// Critical, standard and sheddable classes on 8 workers, jobs of p95
+/// 300 ms: critical with a `critical_deadline_ms` deadline (a 50 ms margin)
+/// asking `critical_workers` workers' work, standard nothing, sheddable
+/// 5 jobs/s. Ticked once.
+fn three_tiers_on_eight_workers(critical_deadline_ms: f64, critical_workers: f64) -> (Controller, Estimates) {
     let tiered = |tier| ClassPolicy { tier, ..adaptive(0.0, 100.0, false) };
+    let critical = ClassPolicy { deadline_ms: critical_deadline_ms, safety_ms: Some(50.0), ..tiered(Tier::Critical) };
     let policies = BTreeMap::from([
-        ("critical".to_string(), tiered(Tier::Critical)),
+        ("critical".to_string(), critical),
         ("standard".to_string(), tiered(Tier::Standard)),
         ("sheddable".to_string(), tiered(Tier::Sheddable)),
     ]);
     let params = ControlParams { workers: Some(8.0), ..ControlParams::default() };
     let mut c = Controller::new(params, policies).unwrap();
-    let estimates: BTreeMap<String, ClassEstimate> =
+    let estimates: Estimates =
         ["critical", "standard", "sheddable"].iter().map(|n| (n.to_string(), estimate(n, 0.0, 300.0))).collect();
     let offered = BTreeMap::from([
-        ("critical".to_string(), 4.5 / (estimates["critical"].service_curve.mean_ms / 1000.0)),
+        ("critical".to_string(), critical_workers / (estimates["critical"].service_curve.mean_ms / 1000.0)),
         ("standard".to_string(), 0.0),
         ("sheddable".to_string(), 5.0),
     ]);
     tick(&mut c, ms(100), &estimates, &[], &offered);
-    let reserve = |c: &Controller, class: &str| c.view(class).unwrap().reserve;
+    (c, estimates)
+}
+
+type Estimates = BTreeMap<String, ClassEstimate>;
+
+fn reserve(c: &Controller, class: &str) -> Option<Reserve> {
+    c.view(class).unwrap().reserve
+}
+
+#[test]
+fn lower_tiers_leave_workers_free_for_the_tiers_above_with_work() {
+    // Critical's 400 ms deadline leaves it about 100 ms of slack: too
+    // little to wait for a worker to free.
+    let (mut c, estimates) = three_tiers_on_eight_workers(400.0, 4.5);
     assert_eq!(reserve(&c, "critical"), None, "nothing above the highest tier");
     // Standard has nothing of its own to protect it from, but critical is above it.
     let r = reserve(&c, "sheddable").expect("sheddable keeps workers free");
@@ -639,6 +654,27 @@ fn lower_tiers_leave_workers_free_for_the_tiers_above_with_work() {
         tick(&mut c, ms(100 * t), &estimates, &[], &quiet);
     }
     assert_eq!(reserve(&c, "sheddable"), None, "no higher tier with work: no reserve");
+}
+
+#[test]
+fn a_higher_tier_that_can_wait_for_a_worker_has_none_kept_free() {
+    // A start comes about every 17 ms (jobs of mean 133 ms on 8 workers):
+    // a slack of seconds covers the reserve's starts many times over,
+    // unless critical's own work fills the workers.
+    // (critical's deadline ms, its work in workers, sheddable keeps)
+    let rows = [
+        (400.0, 4.5, Some(3.0)),    // about 100 ms of slack: all of it
+        (3_000.0, 4.5, None),       // seconds of slack
+        (3_000.0, 12.0, Some(4.0)), // it fills the workers: every start counts
+    ];
+    for (deadline, workers, keeps) in rows {
+        let (c, _) = three_tiers_on_eight_workers(deadline, workers);
+        assert_eq!(
+            reserve(&c, "sheddable").map(|r| r.workers),
+            keeps,
+            "critical's {deadline} ms deadline, {workers} workers' work"
+        );
+    }
 }
 
 #[test]
