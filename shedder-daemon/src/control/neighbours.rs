@@ -43,14 +43,14 @@ impl<'a> Neighbours<'a> {
                 let top = higher.clone().map(|(_, c)| c.tier).min()?;
                 let least_slack = higher.clone().map(|(m, _)| slacks[m].slack_ms).fold(f64::INFINITY, f64::min);
                 let higher_sure: f64 = higher.clone().map(|(_, c)| c.sure).sum();
-                let job_ms = slacks[n].mean_service_ms;
                 let higher: Vec<(f64, f64)> = higher.map(|(m, c)| (c.demand, slacks[m].mean_service_ms)).collect();
-                let reserve = Reserve::for_higher(reading.capacity, &higher, job_ms, top)?;
+                let reserve = Reserve::for_higher(reading.capacity, &higher, slacks[n].mean_service_ms, top)?;
                 // The higher tiers may wait for starts within their slack
                 // while their sure demand fits the workers (see `reserve`).
                 let reserve = match reading.ahead {
                     Some(q) if higher_sure < reading.capacity => {
-                        reserve.less_waited(least_slack, q.mean_service_ms.max(job_ms) / q.workers)?
+                        let per_start_ms = q.mean_service_ms.max(slacks[n].deadline_ms) / q.workers;
+                        reserve.less_waited(least_slack, per_start_ms)?
                     }
                     _ => reserve,
                 };

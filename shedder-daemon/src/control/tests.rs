@@ -658,14 +658,16 @@ fn lower_tiers_leave_workers_free_for_the_tiers_above_with_work() {
 
 #[test]
 fn a_higher_tier_that_can_wait_for_a_worker_has_none_kept_free() {
-    // A start comes about every 17 ms (jobs of mean 133 ms on 8 workers):
-    // a slack of seconds covers the reserve's starts many times over,
-    // unless critical's own work fills the workers.
+    // Sheddable's jobs are worth a worker for up to its 3 s deadline: on 8
+    // workers a start every 375 ms, so each worker fewer takes 1.125 s of
+    // critical's slack (three times over), unless critical's own work
+    // fills the workers.
     // (critical's deadline ms, its work in workers, sheddable keeps)
     let rows = [
-        (400.0, 4.5, Some(3.0)),    // about 100 ms of slack: all of it
-        (3_000.0, 4.5, None),       // seconds of slack
-        (3_000.0, 12.0, Some(4.0)), // it fills the workers: every start counts
+        (400.0, 4.5, Some(3.0)),     // about 100 ms of slack: all of it
+        (3_000.0, 4.5, Some(1.0)),   // about 2.7 s: two workers fewer
+        (10_000.0, 4.5, None),       // seconds to spare
+        (10_000.0, 12.0, Some(4.0)), // it fills the workers: every start counts
     ];
     for (deadline, workers, keeps) in rows {
         let (c, _) = three_tiers_on_eight_workers(deadline, workers);
