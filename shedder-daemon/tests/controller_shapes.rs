@@ -36,6 +36,8 @@ use sim::{Class, Mode, Outcomes, Workload, blind_bound, summed};
 const SHAPES: usize = 48;
 const SEEDS: [u64; 3] = [1, 2, 3];
 const NAMES: [&str; 4] = ["c0", "c1", "c2", "c3"];
+/// In the objective's order.
+const TIERS: [Tier; 3] = [Tier::Critical, Tier::Standard, Tier::Sheddable];
 
 fn env(name: &str) -> Option<u64> {
     std::env::var(name).ok().and_then(|v| v.parse().ok())
@@ -49,7 +51,7 @@ fn draw(rng: &mut SmallRng) -> Workload {
     let workers_known = rng.random::<f64>() < 0.5;
     let specs: Vec<_> = (0..n)
         .map(|_| {
-            let tier = [Tier::Critical, Tier::Standard, Tier::Sheddable][rng.random_range(0..3usize)];
+            let tier = TIERS[rng.random_range(0..3usize)];
             let p50 = 20.0 * 10f64.powf(rng.random::<f64>() * 2.0);
             let p95 = p50 * (1.3 + rng.random::<f64>() * 3.0);
             let deadline = p95 * (0.8 + rng.random::<f64>() * 5.0);
@@ -145,7 +147,7 @@ fn random_shapes_against_off_and_queue_cap() {
                 .filter(|&j| j != i && w.classes[j].tier <= c.tier)
                 .map(|j| enforce[j].on_time.saturating_sub(off[j].on_time))
                 .sum();
-            if (e as f64) < 0.97 * o as f64 - 9.0 && gained < o - e {
+            if short_of(e, o) && gained < o - e {
                 println!("  below off: class {i} ({:?}) {e} against {o}; gained above {gained}", c.tier);
             }
         }
@@ -156,18 +158,22 @@ fn random_shapes_against_off_and_queue_cap() {
 /// tier where the two differ by more than 3% (and 9 jobs): that tier and
 /// the two figures.
 fn peer_ahead_tier_by_tier(w: &Workload, enforce: &[Outcomes], peer: &[Outcomes]) -> Option<(Tier, u64, u64)> {
-    for tier in [Tier::Critical, Tier::Standard, Tier::Sheddable] {
+    for tier in TIERS {
         let on_time = |o: &[Outcomes]| -> u64 {
             w.classes.iter().zip(o).filter(|(c, _)| c.tier == tier).map(|(_, o)| o.on_time).sum()
         };
         let (e, p) = (on_time(enforce), on_time(peer));
-        let differs = |a: u64, b: u64| a as f64 > 1.03 * b as f64 + 9.0;
-        if differs(p, e) {
+        if short_of(e, p) {
             return Some((tier, e, p));
         }
-        if differs(e, p) {
+        if short_of(p, e) {
             return None;
         }
     }
     None
+}
+
+/// Jobs on time `a` fall short of `b` by more than 3% (and 9 jobs).
+fn short_of(a: u64, b: u64) -> bool {
+    (a as f64) < 0.97 * b as f64 - 9.0
 }
