@@ -23,9 +23,11 @@
 //! sheddable ones. (The share of the bound is a total, and a peer that gives
 //! the critical tier's workers to a lower tier's cheap jobs can lead there.)
 //!
-//! Batches 7–10 are the set changes have been measured on; batches 11–14
-//! are held out, to see whether a change generalises (docs/control.md has
-//! both sets' figures).
+//! A batch ends with a `summary` line: the mean share of the bound, late
+//! and refused, and how many shapes have a class below `off` or a peer
+//! ahead tier by tier. Batches 7–10 are the set changes have been measured
+//! on; batches 11–14 are held out, to see whether a change generalises
+//! (docs/control.md has both sets' figures).
 
 // Shared with `controller_families`, which uses the rest of it.
 #[allow(dead_code)]
@@ -108,6 +110,7 @@ fn random_shapes_against_off_and_queue_cap() {
     let batch = env("SHAPES_BATCH").unwrap_or(1);
     let only = env("SHAPES_ONLY");
     let mut rng = SmallRng::seed_from_u64(batch);
+    let mut summary = Summary::default();
     for shape in 0..SHAPES as u64 {
         let w = draw(&mut rng);
         if only.is_some_and(|n| n != shape) {
@@ -122,12 +125,18 @@ fn random_shapes_against_off_and_queue_cap() {
         };
         let share = |o: &[Outcomes]| 100.0 * o.iter().map(|c| c.on_time).sum::<u64>() as f64 / bound.max(1.0);
         let (enforce, off, cap) = (outcomes(&w, Mode::Enforce), outcomes(&w, Mode::Off), outcomes(&w, Mode::QueueCap));
-        println!(
-            "batch {batch} shape {shape}: enforce {:.1}% ({:.1}% late, {:.1}% refused at the server) off {:.1}% queue-cap {:.1}% of the bound; on time {:?} / {:?} / {:?}; {}",
+        let (of_bound, late, refused) = (
             share(&enforce),
             100.0 * late_share(&enforce),
             100.0 * enforce.iter().map(|c| c.refused).sum::<u64>() as f64
                 / enforce.iter().map(|c| c.arrived).sum::<u64>().max(1) as f64,
+        );
+        summary.shapes += 1;
+        summary.of_bound += of_bound;
+        summary.late += late;
+        summary.refused += refused;
+        println!(
+            "batch {batch} shape {shape}: enforce {of_bound:.1}% ({late:.1}% late, {refused:.1}% refused at the server) off {:.1}% queue-cap {:.1}% of the bound; on time {:?} / {:?} / {:?}; {}",
             share(&off),
             share(&cap),
             on_time(&enforce),
@@ -143,8 +152,10 @@ fn random_shapes_against_off_and_queue_cap() {
         for (mode, peer) in [("off", &off), ("queue-cap", &cap)] {
             if let Some((tier, e, p)) = peer_ahead_tier_by_tier(&w, &enforce, peer) {
                 println!("  ahead tier by tier: {mode}, on the {tier:?} tier {p} against {e}");
+                *summary.ahead.entry(mode).or_default() += 1;
             }
         }
+        let mut below = false;
         for (i, c) in w.classes.iter().enumerate() {
             let (e, o) = (enforce[i].on_time, off[i].on_time);
             let gained: u64 = (0..w.classes.len())
@@ -153,8 +164,44 @@ fn random_shapes_against_off_and_queue_cap() {
                 .sum();
             if short_of(e, o) && gained < o - e {
                 println!("  below off: class {i} ({:?}) {e} against {o}; gained above {gained}", c.tier);
+                below = true;
             }
         }
+        summary.below_off += u64::from(below);
+    }
+    if only.is_none() {
+        println!("{}", summary.line(batch));
+    }
+}
+
+/// A batch's figures in one line, to compare runs by.
+#[derive(Default)]
+struct Summary {
+    shapes: u64,
+    /// Per-shape percentages, summed.
+    of_bound: f64,
+    late: f64,
+    refused: f64,
+    /// Shapes with a class below `off`.
+    below_off: u64,
+    /// Shapes where a peer is ahead tier by tier, by peer.
+    ahead: std::collections::BTreeMap<&'static str, u64>,
+}
+
+impl Summary {
+    fn line(&self, batch: u64) -> String {
+        let n = self.shapes.max(1) as f64;
+        let ahead = |mode| self.ahead.get(mode).copied().unwrap_or(0);
+        format!(
+            "batch {batch} summary: {} shapes, enforce {:.1}% of the bound on average ({:.1}% late, {:.1}% refused at the server); a class below off in {}; ahead tier by tier: off {}, queue-cap {}",
+            self.shapes,
+            self.of_bound / n,
+            self.late / n,
+            self.refused / n,
+            self.below_off,
+            ahead("off"),
+            ahead("queue-cap"),
+        )
     }
 }
 
