@@ -131,7 +131,6 @@ fn random_shapes_against_off_and_queue_cap() {
             100.0 * enforce.iter().map(|c| c.refused).sum::<u64>() as f64
                 / enforce.iter().map(|c| c.arrived).sum::<u64>().max(1) as f64,
         );
-        summary.shapes += 1;
         summary.of_bound += of_bound;
         summary.late += late;
         summary.refused += refused;
@@ -177,8 +176,7 @@ fn random_shapes_against_off_and_queue_cap() {
 /// A batch's figures in one line, to compare runs by.
 #[derive(Default)]
 struct Summary {
-    shapes: u64,
-    /// Per-shape percentages, summed.
+    /// Per-shape percentages, summed over the batch's [`SHAPES`].
     of_bound: f64,
     late: f64,
     refused: f64,
@@ -190,11 +188,10 @@ struct Summary {
 
 impl Summary {
     fn line(&self, batch: u64) -> String {
-        let n = self.shapes.max(1) as f64;
+        let n = SHAPES as f64;
         let ahead = |mode| self.ahead.get(mode).copied().unwrap_or(0);
         format!(
-            "batch {batch} summary: {} shapes, enforce {:.1}% of the bound on average ({:.1}% late, {:.1}% refused at the server); a class below off in {}; ahead tier by tier: off {}, queue-cap {}",
-            self.shapes,
+            "batch {batch} summary: {SHAPES} shapes, enforce {:.1}% of the bound on average ({:.1}% late, {:.1}% refused at the server); a class below off in {}; ahead tier by tier: off {}, queue-cap {}",
             self.of_bound / n,
             self.late / n,
             self.refused / n,
