@@ -28,6 +28,12 @@
 //! ahead tier by tier. Batches 7–10 are the set changes have been measured
 //! on; batches 11–14 are held out, to see whether a change generalises
 //! (docs/control.md has both sets' figures).
+//!
+//! `SHAPES_BURSTS=1` draws the same shapes and overlays bursts on every
+//! class: two to four stretches of 2–8 s at 2–5 times its rate, on a
+//! schedule of its own. The bound is then looser than without (it shares
+//! each 10 s window's worker time out as if the burst's jobs could wait
+//! for it), so the figures compare modes, not families.
 
 // Shared with `controller_families`, which uses the rest of it.
 #[allow(dead_code)]
@@ -83,6 +89,35 @@ fn draw(rng: &mut SmallRng) -> Workload {
     Workload { classes, workers, duration_s: 60.0, workers_known }
 }
 
+/// Overlays bursts on each class's steady rate: two to four stretches of
+/// 2–8 s at 2–5 times it, anywhere in the run, each class on its own
+/// schedule. The fast path may let in twice the highest.
+fn add_bursts(w: &mut Workload, rng: &mut SmallRng) {
+    for c in &mut w.classes {
+        let base = c.rates[0].1;
+        let mut bursts: Vec<(f64, f64, f64)> = (0..rng.random_range(2..=4usize))
+            .map(|_| {
+                let from = rng.random::<f64>() * (w.duration_s - 8.0);
+                (from, from + 2.0 + rng.random::<f64>() * 6.0, base * (2.0 + rng.random::<f64>() * 3.0))
+            })
+            .collect();
+        bursts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let mut steps = vec![(0.0, base)];
+        let mut busy_until = 0.0;
+        for (from, to, rate) in bursts {
+            // A burst that starts inside an earlier one is dropped.
+            if from < busy_until {
+                continue;
+            }
+            steps.push((from, rate));
+            steps.push((to, base));
+            busy_until = to;
+        }
+        c.max_rate = 2.0 * steps.iter().map(|s| s.1).fold(0.0, f64::max);
+        c.rates = steps;
+    }
+}
+
 /// Each class's outcomes in `mode`, summed over [`SEEDS`].
 fn outcomes(w: &Workload, mode: Mode) -> Vec<Outcomes> {
     summed(w, mode, &SEEDS, 10.0, w.duration_s)
@@ -94,8 +129,10 @@ fn describe(w: &Workload) -> String {
         .iter()
         .map(|c| {
             let tail = c.tail.map_or(String::new(), |(share, ms, ..)| format!(", {:.0}% at {ms:.0} ms", share * 100.0));
+            let peak = c.rates.iter().map(|r| r.1).fold(0.0, f64::max);
+            let bursts = if c.rates.len() > 1 { format!(" (bursts to {peak:.1}/s)") } else { String::new() };
             format!(
-                "{:?} {:.0} ms deadline, p50 {:.0} p95 {:.0}{tail}, {:.1}/s",
+                "{:?} {:.0} ms deadline, p50 {:.0} p95 {:.0}{tail}, {:.1}/s{bursts}",
                 c.tier, c.deadline_ms, c.p50_ms, c.p95_ms, c.rates[0].1
             )
         })
@@ -111,8 +148,12 @@ fn random_shapes_against_off_and_queue_cap() {
     let only = env("SHAPES_ONLY");
     let mut rng = SmallRng::seed_from_u64(batch);
     let mut summary = Summary::default();
+    let bursts = env("SHAPES_BURSTS").is_some_and(|b| b != 0);
     for shape in 0..SHAPES as u64 {
-        let w = draw(&mut rng);
+        let mut w = draw(&mut rng);
+        if bursts {
+            add_bursts(&mut w, &mut SmallRng::seed_from_u64(batch * 1000 + shape));
+        }
         if only.is_some_and(|n| n != shape) {
             continue;
         }
