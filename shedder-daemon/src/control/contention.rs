@@ -18,6 +18,12 @@
 //! Its assumptions (Poisson arrivals, exponential service) hold only
 //! roughly; what it has that matters here is its shape: near 0 with many
 //! workers at half load, near 1 as the load nears them, and 1 past them.
+//!
+//! The load offered is the classes' demand less the work `admit` refused,
+//! and at least the work being done: a job refused at the server never
+//! takes a worker. Counting it had a class whose every job was refused
+//! read its workers as all contested while they idled, and so refused the
+//! next job too.
 
 /// The chance that a job arriving at `workers` workers offered `load`
 /// worker-seconds per second finds them all busy (`workers` rounded to whole

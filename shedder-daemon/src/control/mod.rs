@@ -393,7 +393,9 @@ impl Controller {
         let contested = if !reading.capacity_trusted() {
             1.0
         } else {
-            contention::all_busy_chance(plan.capacity, plan.demand.max(plan.busy))
+            // Work `admit` refuses never takes a worker: only the rest contends.
+            let refused: f64 = reading.adaptive.iter().map(|n| work(input.wasted, &slacks, n)).sum();
+            contention::all_busy_chance(plan.capacity, (plan.demand - refused).max(plan.busy))
         };
         let mut guard_class = law.guard_class;
         let mut decisions = Vec::new();

@@ -840,3 +840,27 @@ fn a_cut_that_leaves_workers_idle_at_every_start_is_lifted_by_them() {
     let (cut, held) = starts_under_a_cut(1.0);
     assert!(held <= cut + 1e-9, "{cut:.2} -> {held:.2}");
 }
+
+#[test]
+fn work_admit_refuses_does_not_contend_for_the_workers() {
+    // One class offering three times what 8 workers do; `admit` refuses
+    // some of what the fast path lets in. (refused jobs/s, contested within)
+    let chat = estimate("chat", 0.0, 300.0);
+    let offered_rate = 3.0 * 8.0 / (chat.service_curve.mean_ms / 1000.0);
+    let rows = [
+        (0.0, 1.0..=1.0),                  // every job takes a worker: all busy
+        (0.5 * offered_rate, 1.0..=1.0),   // half still asks for one and a half times the workers
+        (0.95 * offered_rate, 0.0..=0.01), // the rest asks 1.2 of 8 workers' work
+    ];
+    for (refused, contested) in rows {
+        let params = ControlParams { workers: Some(8.0), ..ControlParams::default() };
+        let mut c =
+            Controller::new(params, BTreeMap::from([("chat".to_string(), adaptive(0.0, 500.0, false))])).unwrap();
+        let estimates = BTreeMap::from([("chat".to_string(), chat.clone())]);
+        let offered = BTreeMap::from([("chat".to_string(), offered_rate)]);
+        let wasted = BTreeMap::from([("chat".to_string(), refused)]);
+        tick_wasting(&mut c, ms(100), &estimates, &[], &offered, &wasted, &[]);
+        let got = c.view("chat").unwrap().contested;
+        assert!(contested.contains(&got), "{refused:.0} of {offered_rate:.0} jobs/s refused: contested {got}");
+    }
+}
