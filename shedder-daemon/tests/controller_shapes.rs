@@ -34,6 +34,9 @@
 //! schedule of its own. The bound is then looser than without (it shares
 //! each 10 s window's worker time out as if the burst's jobs could wait
 //! for it), so the figures compare modes, not families.
+//! `SHAPES_TAIL_SPREAD=30` spreads each tail's jobs around its time (a
+//! lognormal of σ 0.30 with that median) rather than giving them all
+//! exactly that time.
 
 // Shared with `controller_families`, which uses the rest of it.
 #[allow(dead_code)]
@@ -149,10 +152,14 @@ fn random_shapes_against_off_and_queue_cap() {
     let mut rng = SmallRng::seed_from_u64(batch);
     let mut summary = Summary::default();
     let bursts = env("SHAPES_BURSTS").is_some_and(|b| b != 0);
+    let tail_spread = env("SHAPES_TAIL_SPREAD").unwrap_or(0) as f64 / 100.0;
     for shape in 0..SHAPES as u64 {
         let mut w = draw(&mut rng);
         if bursts {
             add_bursts(&mut w, &mut SmallRng::seed_from_u64(batch * 1000 + shape));
+        }
+        for c in &mut w.classes {
+            c.tail_spread = tail_spread;
         }
         if only.is_some_and(|n| n != shape) {
             continue;

@@ -38,6 +38,9 @@ pub struct Class {
     /// `(fraction, ms, from_s, to_s)`: that fraction of jobs arriving in
     /// `[from_s, to_s)` take `ms` instead.
     pub tail: Option<(f64, f64, f64, f64)>,
+    /// The spread of the tail's jobs around its `ms`: the σ of a lognormal
+    /// with that median (0: every one takes exactly `ms`).
+    pub tail_spread: f64,
     /// `(from_s, jobs/s)` steps, the first from 0.
     pub rates: Vec<(f64, f64)>,
     pub max_rate: f64,
@@ -55,6 +58,7 @@ impl Class {
             p50_ms,
             p95_ms,
             tail: None,
+            tail_spread: 0.0,
             rates: vec![(0.0, rate)],
             max_rate: rate * 2.0,
             prior_p95_ms: None,
@@ -169,7 +173,7 @@ fn plan(w: &Workload, seed: u64) -> Vec<Job> {
                 && (from..to).contains(&t)
                 && rng.random::<f64>() < fraction
             {
-                service = ms;
+                service = if c.tail_spread > 0.0 { ms * (c.tail_spread * standard_normal(&mut rng)).exp() } else { ms };
             }
             jobs.push(Job { class: i, arrival_ms: t * 1000.0, service_ms: service });
         }
@@ -180,10 +184,14 @@ fn plan(w: &Workload, seed: u64) -> Vec<Job> {
 
 fn lognormal(rng: &mut SmallRng, p50: f64, p95: f64) -> f64 {
     let sigma = (p95 / p50).ln() / Z95;
+    (p50.ln() + sigma * standard_normal(rng)).exp()
+}
+
+/// Box–Muller.
+fn standard_normal(rng: &mut SmallRng) -> f64 {
     let u1: f64 = 1.0 - rng.random::<f64>();
     let u2: f64 = rng.random();
-    let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-    (p50.ln() + sigma * z).exp()
+    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
 }
 
 /// The service-blind, class-aware bound on on-time completions of jobs
