@@ -116,9 +116,14 @@ fn add_bursts(w: &mut Workload, rng: &mut SmallRng) {
             steps.push((to, base));
             busy_until = to;
         }
-        c.max_rate = 2.0 * steps.iter().map(|s| s.1).fold(0.0, f64::max);
+        c.max_rate = 2.0 * peak_rate(&steps);
         c.rates = steps;
     }
+}
+
+/// The highest rate of a class's `(from_s, jobs/s)` steps.
+fn peak_rate(steps: &[(f64, f64)]) -> f64 {
+    steps.iter().map(|s| s.1).fold(0.0, f64::max)
 }
 
 /// Each class's outcomes in `mode`, summed over [`SEEDS`].
@@ -132,8 +137,8 @@ fn describe(w: &Workload) -> String {
         .iter()
         .map(|c| {
             let tail = c.tail.map_or(String::new(), |(share, ms, ..)| format!(", {:.0}% at {ms:.0} ms", share * 100.0));
-            let peak = c.rates.iter().map(|r| r.1).fold(0.0, f64::max);
-            let bursts = if c.rates.len() > 1 { format!(" (bursts to {peak:.1}/s)") } else { String::new() };
+            let bursts =
+                if c.rates.len() > 1 { format!(" (bursts to {:.1}/s)", peak_rate(&c.rates)) } else { String::new() };
             format!(
                 "{:?} {:.0} ms deadline, p50 {:.0} p95 {:.0}{tail}, {:.1}/s{bursts}",
                 c.tier, c.deadline_ms, c.p50_ms, c.p95_ms, c.rates[0].1
