@@ -281,7 +281,10 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
     // Jobs `admit` held, oldest first: older than anything in `queue`.
     let mut held: VecDeque<Job> = VecDeque::new();
     let mut workers: Vec<Option<(f64, Job)>> = vec![None; w.workers];
-    let mut pending: Vec<(usize, Observation)> = Vec::new();
+    // What the server reports, each at the ms it happened: stamped at the
+    // tick instead, a tick's completions would count in the slice the tick
+    // opens, and a rate read over whole slices would run high.
+    let mut pending: Vec<(u64, usize, Observation)> = Vec::new();
     // Jobs in service as each job started since the last tick (`admit`'s `running`).
     let mut starts: Vec<f64> = Vec::new();
     // Per class, the times of the last second's arrivals, admissions and
@@ -307,9 +310,9 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                     *slot = None;
                     let c = &w.classes[job.class];
                     let late = done - job.arrival_ms > c.deadline_ms;
-                    pending.push((job.class, Observation::Service { ms: job.service_ms, count: 1 }));
+                    pending.push((t as u64, job.class, Observation::Service { ms: job.service_ms, count: 1 }));
                     let late_by = late.then_some(done - job.arrival_ms - c.deadline_ms);
-                    pending.push((job.class, Observation::Completion { late_by_ms: late_by, count: 1 }));
+                    pending.push((t as u64, job.class, Observation::Completion { late_by_ms: late_by, count: 1 }));
                     if counted(job.arrival_ms) {
                         if late {
                             outcomes[job.class].late += 1;
@@ -407,7 +410,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                     starts.push(running);
                     if d.verdict != Verdict::Admit {
                         // As the daemon does: a refused job's wait is a queue-age sample too.
-                        pending.push((job.class, Observation::QueueAge { ms: t - job.arrival_ms, count: 1 }));
+                        pending.push((t as u64, job.class, Observation::QueueAge { ms: t - job.arrival_ms, count: 1 }));
                         wasted[job.class].push_back(t);
                         trimmed[job.class].push_back(t);
                         if counted(job.arrival_ms) {
@@ -416,7 +419,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         continue;
                     }
                 }
-                pending.push((job.class, Observation::QueueAge { ms: t - job.arrival_ms, count: 1 }));
+                pending.push((t as u64, job.class, Observation::QueueAge { ms: t - job.arrival_ms, count: 1 }));
                 workers[slot] = Some((t + job.service_ms, job));
             }
             still_held.append(&mut held);
@@ -424,8 +427,8 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
         }
         // The tick: observations in, rates over the last second, budgets out.
         let at = Duration::from_millis(tick_ms);
-        for (i, o) in pending.drain(..) {
-            estimators.observe_one(at, &names[i], &o).unwrap();
+        for (when_ms, i, o) in pending.drain(..) {
+            estimators.observe_one(Duration::from_millis(when_ms), &names[i], &o).unwrap();
         }
         let rates = |events: &mut Vec<VecDeque<f64>>| -> BTreeMap<String, f64> {
             events
