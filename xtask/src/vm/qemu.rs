@@ -49,6 +49,11 @@ pub struct Outcome {
 
 /// Boots `boot`; every console line goes to `on_line` and to `console_log`,
 /// the protocol port to `protocol`.
+///
+/// A boot that reaches its time limit without printing a single console
+/// line is booted once more: the emulated machine stuck before the guest's
+/// first output (seen once in CI; the same images booted in 72 s right
+/// after), so nothing the guest was to check ever ran.
 pub fn boot(
     machine: &Machine,
     boot: &Boot,
@@ -56,6 +61,25 @@ pub fn boot(
     console_log: &Path,
     mut on_line: impl FnMut(&str),
 ) -> anyhow::Result<Outcome> {
+    let (outcome, lines) = boot_once(machine, boot, protocol, console_log, &mut on_line)?;
+    if !(outcome.timed_out && lines == 0) {
+        return Ok(outcome);
+    }
+    println!(
+        "vm: qemu printed nothing on the console in {} s, so the guest never started; booting it once more",
+        outcome.elapsed.as_secs()
+    );
+    Ok(boot_once(machine, boot, protocol, console_log, &mut on_line)?.0)
+}
+
+/// One boot: its outcome and how many console lines it printed.
+fn boot_once(
+    machine: &Machine,
+    boot: &Boot,
+    protocol: &Path,
+    console_log: &Path,
+    on_line: &mut impl FnMut(&str),
+) -> anyhow::Result<(Outcome, u64)> {
     let mut log = File::create(console_log).with_context(|| format!("creating {}", console_log.display()))?;
     let _ = std::fs::remove_file(protocol);
     let mut command = Command::new("timeout");
@@ -99,7 +123,7 @@ pub fn boot(
     let start = Instant::now();
     let mut child = command.spawn().with_context(|| format!("starting `{what}`"))?;
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
-    let mut raw = Vec::new();
+    let (mut raw, mut lines) = (Vec::new(), 0);
     loop {
         raw.clear();
         // Ends at EOF, when qemu exits; `timeout` bounds that.
@@ -111,8 +135,9 @@ pub fn boot(
         let line = line.trim_end_matches(['\n', '\r']);
         let _ = writeln!(log, "{line}");
         on_line(line);
+        lines += 1;
     }
     let status = child.wait().with_context(|| format!("waiting for `{what}`"))?;
     let timed_out = matches!(status.code(), Some(124 | 137));
-    Ok(Outcome { status, timed_out, elapsed: start.elapsed() })
+    Ok((Outcome { status, timed_out, elapsed: start.elapsed() }, lines))
 }
