@@ -5,10 +5,10 @@
 //!
 //! * **Quantiles, not averages.** The slack rule needs the p95 of a heavy-tailed
 //!   distribution; an average hides exactly the tail that misses deadlines.
-//!   Each distribution is a [DDSketch](https://arxiv.org/abs/1908.10693)
-//!   (`sketches-ddsketch`): 1% relative error at every quantile, constant-time
-//!   weighted adds (`add_with_count`, so a scraped histogram bucket of 10,000
-//!   jobs costs one add, not 10,000) and exact merges.
+//!   Each distribution is a [`Sketch`] (DDSketch's bins): 1% relative error
+//!   at every quantile, constant-time weighted adds (a scraped histogram
+//!   bucket of 10,000 jobs costs one add, not 10,000), exact merges, and any
+//!   number of quantiles in one walk.
 //! * **A sliding window as a ring of slices.** The window (default 10 s) is cut
 //!   into `slices` (default 10) sub-window sketches keyed by their slice number
 //!   (`now / slice`). A query merges the slices of the last `slices` slice
@@ -50,29 +50,13 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-use sketches_ddsketch::{Config as SketchConfig, DDSketch};
-
 use crate::service_curve::ServiceCurve;
+use crate::sketch::Sketch;
 use crate::telemetry::{
     ClassObservations, Observation,
     freshness::{self, StaleInput},
 };
-
-/// Relative accuracy of every sketch: a reported quantile is within 1% of a
-/// value of the right rank. Fixed (not configurable) so that slices always
-/// merge.
-pub const RELATIVE_ACCURACY: f64 = 0.01;
-
-fn sketch_config() -> SketchConfig {
-    // 2048 bins at 1% cover 1e-9 .. 1e9 ms with room to spare; values below
-    // 1e-9 ms count as zero.
-    SketchConfig::new(RELATIVE_ACCURACY, 2048, 1e-9)
-}
-
-fn new_sketch() -> DDSketch {
-    DDSketch::new(sketch_config())
-}
+use serde::{Deserialize, Serialize};
 
 /// The estimator's tunables (the `[estimator]` part of the config).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -290,9 +274,9 @@ impl Quantiles {
         Quantiles { p50: p50.unwrap_or(p95), p90: p90.unwrap_or(p95), p95, p99: p99.unwrap_or(p95) }
     }
 
-    fn of(sketch: &DDSketch) -> Option<Self> {
-        let q = |q: f64| sketch.quantile(q).ok().flatten();
-        Some(Quantiles { p50: q(0.50)?, p90: q(0.90)?, p95: q(0.95)?, p99: q(0.99)? })
+    fn of(sketch: &Sketch) -> Option<Self> {
+        let [p50, p90, p95, p99] = sketch.quantiles(&[0.50, 0.90, 0.95, 0.99])?[..] else { return None };
+        Some(Quantiles { p50, p90, p95, p99 })
     }
 
     /// The quantiles of the jobs `sketch` holds mixed with `prior`, which
@@ -301,8 +285,8 @@ impl Quantiles {
     /// a point mass (a prior given as a p95 alone is one), so that a few
     /// measured waits of a second beside a prior of none read as a queue,
     /// not as the prior's nothing; `prior` when the sketch is empty.
-    fn leaning(sketch: &DDSketch, prior: Quantiles, w: f64) -> Self {
-        let measured = |q: f64| sketch.quantile(q.clamp(0.0, 1.0)).ok().flatten();
+    fn leaning(sketch: &Sketch, prior: Quantiles, w: f64) -> Self {
+        let measured = |q: f64| sketch.quantile(q.clamp(0.0, 1.0));
         let mix = |q: f64, at: f64| {
             // Below the prior's mass only the measured jobs count; past it,
             // the mass adds the missing jobs' share.
@@ -426,16 +410,16 @@ impl LiveSignals {
 struct Slice {
     /// `now / slice_ms` when this slot was last reset.
     number: u64,
-    queue_age: DDSketch,
-    service: DDSketch,
-    late_by: DDSketch,
+    queue_age: Sketch,
+    service: Sketch,
+    late_by: Sketch,
     on_time: u64,
     late: u64,
 }
 
 impl Slice {
     fn new(number: u64) -> Self {
-        Slice { number, queue_age: new_sketch(), service: new_sketch(), late_by: new_sketch(), on_time: 0, late: 0 }
+        Slice { number, queue_age: Sketch::new(), service: Sketch::new(), late_by: Sketch::new(), on_time: 0, late: 0 }
     }
 }
 
@@ -581,10 +565,10 @@ impl Estimators {
                 return Ok(false);
             }
             Observation::QueueAge { ms, count } => {
-                state.slice_mut(now_ms / slice_ms).queue_age.add_with_count(ms, count);
+                state.slice_mut(now_ms / slice_ms).queue_age.add(ms, count);
             }
             Observation::Service { ms, count } => {
-                state.slice_mut(now_ms / slice_ms).service.add_with_count(ms, count);
+                state.slice_mut(now_ms / slice_ms).service.add(ms, count);
             }
             Observation::Completion { late_by_ms: None, count } => {
                 state.slice_mut(now_ms / slice_ms).on_time += count;
@@ -595,7 +579,7 @@ impl Estimators {
                 }
                 let slice = state.slice_mut(now_ms / slice_ms);
                 slice.late += count;
-                slice.late_by.add_with_count(late_by, count);
+                slice.late_by.add(late_by, count);
             }
             // Retries are the metrics' business; the slack does not use them.
             Observation::Retry { .. } => return Ok(true),
@@ -633,12 +617,12 @@ impl Estimators {
         let mut slices: Vec<&Slice> = state.recent(current, p.ring_slices()).collect();
         slices.sort_by_key(|s| std::cmp::Reverse(s.number));
 
-        let mut queue_age = new_sketch();
-        let mut service = new_sketch();
-        let mut late_by = new_sketch();
+        let mut queue_age = Sketch::new();
+        let mut service = Sketch::new();
+        let mut late_by = Sketch::new();
         let mut completions = Completions::default();
-        let mut recent: Option<(DDSketch, u64)> = None;
-        let mut service_recent: Option<DDSketch> = None;
+        let mut recent: Option<(Sketch, u64)> = None;
+        let mut service_recent: Option<Sketch> = None;
         let mut drain: Option<(u64, u64)> = None;
         let recent_slices = u64::from(p.recent_slices);
         // Slices the window spans: `slices`, or, for a class without a
@@ -649,21 +633,20 @@ impl Estimators {
         for slice in &slices {
             let age = current - slice.number + 1;
             if age > n {
-                if !widens || service.count() as u64 >= p.min_samples {
+                if !widens || service.count() >= p.min_samples {
                     break;
                 }
                 span = age;
             }
-            // Same config everywhere, so a merge cannot fail.
-            queue_age.merge(&slice.queue_age).expect("slices share one sketch config");
-            service.merge(&slice.service).expect("slices share one sketch config");
-            late_by.merge(&slice.late_by).expect("slices share one sketch config");
+            queue_age.merge(&slice.queue_age);
+            service.merge(&slice.service);
+            late_by.merge(&slice.late_by);
             completions.on_time += slice.on_time;
             completions.late += slice.late;
-            if recent.is_none() && age >= recent_slices && queue_age.count() as u64 >= p.min_samples {
+            if recent.is_none() && age >= recent_slices && queue_age.count() >= p.min_samples {
                 recent = Some((queue_age.clone(), age));
             }
-            let drained = service.count() as u64;
+            let drained = service.count();
             if drain.is_none() && age >= recent_slices && drained >= p.min_samples {
                 drain = Some((drained, age));
                 service_recent = Some(service.clone());
@@ -671,8 +654,8 @@ impl Estimators {
         }
         completions.late_by = Quantiles::of(&late_by);
 
-        let distribution = |sketch: &DDSketch, prior: Quantiles| {
-            let samples = sketch.count() as u64;
+        let distribution = |sketch: &Sketch, prior: Quantiles| {
+            let samples = sketch.count();
             match Quantiles::of(sketch) {
                 Some(quantiles) if samples >= p.min_samples => {
                     Distribution { quantiles, samples, source: Source::Window }
@@ -703,10 +686,9 @@ impl Estimators {
         });
 
         let prior_curve = || ServiceCurve::lognormal(state.prior.service_p50_ms, state.prior.service_p95_ms);
-        let measured_curve = |sketch: &DDSketch| {
-            (sketch.count() as u64 >= p.min_samples).then(|| ServiceCurve::of_sketch(sketch)).flatten()
-        };
-        let recent_jobs = service_recent.as_ref().map_or(0, |s| s.count() as u64);
+        let measured_curve =
+            |sketch: &Sketch| (sketch.count() >= p.min_samples).then(|| ServiceCurve::of_sketch(sketch)).flatten();
+        let recent_jobs = service_recent.as_ref().map_or(0, |s| s.count());
         let service_curve = match (measured_curve(&service), service_recent.as_ref().and_then(measured_curve)) {
             (Some(window), Some(recent)) => window.upper(&recent, recent_jobs),
             (Some(window), None) => window,
@@ -715,9 +697,7 @@ impl Estimators {
             // real samples still beat "no cost at all" (a class throttled to
             // a trickle must not look free and be let in wholesale).
             (None, _) => match ServiceCurve::of_sketch(&service) {
-                Some(few) if state.prior.has_service() => {
-                    few.lean_on(&prior_curve(), service.count() as u64, p.min_samples)
-                }
+                Some(few) if state.prior.has_service() => few.lean_on(&prior_curve(), service.count(), p.min_samples),
                 Some(few) => few,
                 None => prior_curve(),
             },
@@ -1125,8 +1105,8 @@ mod tests {
         // (waits measured, of min_samples 20; the p95 and p50 read)
         let rows = [(0, 0.0, 0.0), (1, 0.0, 0.0), (9, 1_300.0, 0.0), (12, 1_300.0, 1_300.0), (19, 1_300.0, 1_300.0)];
         for (n, p95, p50) in rows {
-            let mut sketch = DDSketch::new(SketchConfig::new(0.01, 2048, 1e-9));
-            sketch.add_with_count(1_300.0, n);
+            let mut sketch = Sketch::new();
+            sketch.add(1_300.0, n);
             let q = Quantiles::leaning(&sketch, none, n as f64 / 20.0);
             let close = |a: f64, b: f64| (a - b).abs() <= 0.02 * b;
             assert!(close(q.p95, p95) && close(q.p50, p50), "{n} waits: {q:?}");
@@ -1134,8 +1114,8 @@ mod tests {
         // A prior above what was measured keeps its mass: 10 waits of 100 ms
         // beside a prior p95 of 2 s read 100 ms at the median, 2 s at p95.
         let slow = ClassPrior { queue_age_p95_ms: 2_000.0, ..ClassPrior::default() }.queue_age();
-        let mut sketch = DDSketch::new(SketchConfig::new(0.01, 2048, 1e-9));
-        sketch.add_with_count(100.0, 10);
+        let mut sketch = Sketch::new();
+        sketch.add(100.0, 10);
         let q = Quantiles::leaning(&sketch, slow, 0.5);
         assert!((q.p50 - 100.0).abs() <= 2.0 && q.p95 == 2_000.0, "{q:?}");
     }

@@ -7,6 +7,7 @@
 //! * [`pin`]: the maps and link pinned in bpffs, so the fast path outlives the daemon.
 //! * [`telemetry`]: GPU readings, pushed samples and scraped exporters.
 //! * [`estimate`]: per-class sliding-window quantiles of queue age and service time.
+//! * [`sketch`]: a quantile sketch of times whose quantiles read in one pass.
 //! * [`service_curve`]: a service-time distribution as P(service ≤ t) and a mean.
 //! * [`control`]: deadline slack, the budget law and the GPU gate.
 //! * [`control_loop`]: the per-tick work that ties them to the fast path.
@@ -44,6 +45,7 @@ pub mod pin;
 pub mod privilege;
 pub mod report;
 pub mod service_curve;
+pub mod sketch;
 pub mod telemetry;
 pub mod tenant;
 pub mod top;

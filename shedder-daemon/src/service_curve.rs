@@ -4,12 +4,13 @@
 //! The controller judges admission on the whole distribution, not one
 //! quantile: a class whose p95 is past its deadline still has jobs that make
 //! it, and `P(service ≤ time left)` says how many. The curve is a table of
-//! quantiles on a fixed grid (from a DDSketch, or a lognormal fitted to a
+//! quantiles on a fixed grid (from a [`Sketch`], or a lognormal fitted to a
 //! prior's p50/p95), read by linear interpolation, plus the mean, which is
 //! what an admitted job costs in worker-seconds when its size is unknown.
 
 use serde::{Deserialize, Serialize};
-use sketches_ddsketch::DDSketch;
+
+use crate::sketch::Sketch;
 
 /// The table holds a quantile for every whole percent, 1% to 99%: fine
 /// enough that a curve with a jump (a quarter of jobs far slower than the
@@ -37,15 +38,10 @@ pub struct ServiceCurve {
 
 impl ServiceCurve {
     /// The curve of a sketch's samples; `None` when it holds none.
-    pub fn of_sketch(sketch: &DDSketch) -> Option<Self> {
+    pub fn of_sketch(sketch: &Sketch) -> Option<Self> {
         let count = sketch.count();
-        if count == 0 {
-            return None;
-        }
-        let mut quantiles = Vec::with_capacity(GRID_STEPS);
-        for i in 0..GRID_STEPS {
-            quantiles.push(sketch.quantile(grid(i)).ok().flatten()?.max(0.0));
-        }
+        let grid: Vec<f64> = (0..GRID_STEPS).map(grid).collect();
+        let mut quantiles: Vec<f64> = sketch.quantiles(&grid)?.into_iter().map(|q| q.max(0.0)).collect();
         monotone(&mut quantiles);
         let mean_ms = sketch.sum().map_or(quantiles[49], |s| (s / count as f64).max(0.0));
         Some(ServiceCurve { quantiles, mean_ms })
@@ -178,7 +174,6 @@ fn normal_quantile(p: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sketches_ddsketch::Config;
 
     fn close(a: f64, b: f64, rel: f64) -> bool {
         (a - b).abs() <= rel * b.abs().max(1e-9)
@@ -225,11 +220,11 @@ mod tests {
 
     #[test]
     fn a_sketch_gives_its_quantiles_and_its_mean() {
-        let mut sketch = DDSketch::new(Config::new(0.01, 2048, 1e-9));
+        let mut sketch = Sketch::new();
         assert!(ServiceCurve::of_sketch(&sketch).is_none());
         // 75% of jobs take 100 ms, 25% take 4000 ms: the tail is past a 3 s deadline.
-        sketch.add_with_count(100.0, 75);
-        sketch.add_with_count(4_000.0, 25);
+        sketch.add(100.0, 75);
+        sketch.add(4_000.0, 25);
         let c = ServiceCurve::of_sketch(&sketch).unwrap();
         assert!(close(c.mean_ms, 1_075.0, 1e-9), "{}", c.mean_ms);
         assert!(close(c.quantile(0.5), 100.0, 0.02));
@@ -245,9 +240,9 @@ mod tests {
         let point = ServiceCurve::lognormal(None, 300.0);
         assert_eq!(point.second_moment_ms2(), 90_000.0);
         // 75% at 100 ms, 25% at 4 s: E[S²] = 0.75·100² + 0.25·4000² = 4,007,500.
-        let mut sketch = DDSketch::new(Config::new(0.01, 2048, 1e-9));
-        sketch.add_with_count(100.0, 75);
-        sketch.add_with_count(4_000.0, 25);
+        let mut sketch = Sketch::new();
+        sketch.add(100.0, 75);
+        sketch.add(4_000.0, 25);
         let m2 = ServiceCurve::of_sketch(&sketch).unwrap().second_moment_ms2();
         assert!(close(m2, 4_007_500.0, 0.05), "{m2}");
     }
@@ -283,9 +278,9 @@ mod tests {
     fn a_measured_tail_keeps_its_share_beside_the_prior() {
         // 9 jobs of 20 measured: 70% near 800 ms, 30% at 5 s. The prior
         // (p50 800, p95 2500) knows no such tail.
-        let mut sketch = DDSketch::new(Config::new(0.01, 2048, 1e-9));
-        sketch.add_with_count(800.0, 7);
-        sketch.add_with_count(5_000.0, 3);
+        let mut sketch = Sketch::new();
+        sketch.add(800.0, 7);
+        sketch.add(5_000.0, 3);
         let measured = ServiceCurve::of_sketch(&sketch).unwrap();
         let prior = ServiceCurve::lognormal(Some(800.0), 2_500.0);
         let c = measured.lean_on(&prior, 9, 20);
@@ -302,9 +297,9 @@ mod tests {
     fn a_recent_mean_counts_once_it_has_moved_past_its_noise() {
         // The window: 65% of jobs near 150 ms, 35% at 1800 ms (mean ~740 ms,
         // deviation ~790 ms).
-        let mut sketch = DDSketch::new(Config::new(0.01, 2048, 1e-9));
-        sketch.add_with_count(150.0, 65);
-        sketch.add_with_count(1_800.0, 35);
+        let mut sketch = Sketch::new();
+        sketch.add(150.0, 65);
+        sketch.add(1_800.0, 35);
         let window = ServiceCurve::of_sketch(&sketch).unwrap();
         let recent = |mean_ms: f64| ServiceCurve { mean_ms, ..window.clone() };
         // (recent mean, recent jobs, the mean read)

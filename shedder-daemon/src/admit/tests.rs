@@ -95,9 +95,9 @@ fn verdicts_follow_the_chance_of_finishing_in_time() {
     // 120 ms median, 400 ms p95: the reference interactive class.
     let short = ServiceCurve::lognormal(Some(120.0), 400.0);
     // Three quarters of jobs take 100 ms, the rest 4 s: a p95 past the deadline.
-    let mut sketch = sketches_ddsketch::DDSketch::new(sketches_ddsketch::Config::new(0.01, 2048, 1e-9));
-    sketch.add_with_count(100.0, 75);
-    sketch.add_with_count(4_000.0, 25);
+    let mut sketch = crate::sketch::Sketch::new();
+    sketch.add(100.0, 75);
+    sketch.add(4_000.0, 25);
     let long_tail = ServiceCurve::of_sketch(&sketch).unwrap();
     let policy = AdmitPolicy::with_max_queue_age(10_000.0);
     let rows: Vec<(&str, ClassView, AdmitRequest, Verdict, Option<u16>)> = vec![

@@ -20,8 +20,8 @@
 //! a typical job is refused at config load ([`check_configured`]).
 
 use super::params::ControlParams;
-use crate::estimate::RELATIVE_ACCURACY;
 use crate::service_curve::ServiceCurve;
+use crate::sketch::RELATIVE_ACCURACY;
 
 /// The derived margin, ms.
 pub fn derived_ms(p: &ControlParams, deadline_ms: f64, curve: &ServiceCurve, samples: u64) -> f64 {
