@@ -271,7 +271,12 @@ fn verdict(
     during: Option<String>,
     failures: &[String],
 ) -> Verdict {
-    if outcome.timed_out {
+    if outcome.silent {
+        Verdict::Failed(format!(
+            "qemu printed nothing on the console in {} s, twice: the guest never started",
+            qemu::FIRST_LINE_WITHIN.as_secs()
+        ))
+    } else if outcome.timed_out {
         let during = during.map_or(String::new(), |what| format!(", during {what}"));
         Verdict::Failed(format!("qemu stopped at the {} s limit{during}", machine.timeout.as_secs()))
     } else if !done {

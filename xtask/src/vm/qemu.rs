@@ -13,12 +13,23 @@ use std::{
     os::unix::process::CommandExt as _,
     path::Path,
     process::{Command, ExitStatus, Stdio},
+    sync::atomic::{AtomicBool, Ordering},
+    thread,
     time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
+use nix::{
+    sys::signal::{Signal, kill},
+    unistd::Pid,
+};
 
 use crate::cmd;
+
+/// A guest that has printed nothing on its console by then never will: the
+/// kernel's first lines come within seconds under TCG. Such a boot is ended
+/// then rather than at the machine's whole time limit.
+pub const FIRST_LINE_WITHIN: Duration = Duration::from_secs(120);
 
 /// The emulated machine.
 pub struct Machine {
@@ -44,16 +55,20 @@ pub struct Outcome {
     pub status: ExitStatus,
     /// `timeout` ended qemu: the guest never powered off in time.
     pub timed_out: bool,
+    /// qemu was ended because the console stayed silent for
+    /// [`FIRST_LINE_WITHIN`]: the guest never started.
+    pub silent: bool,
     pub elapsed: Duration,
 }
 
 /// Boots `boot`; every console line goes to `on_line` and to `console_log`,
 /// the protocol port to `protocol`.
 ///
-/// A boot that reaches its time limit without printing a single console
-/// line is booted once more: the emulated machine stuck before the guest's
-/// first output (seen once in CI; the same images booted in 72 s right
-/// after), so nothing the guest was to check ever ran.
+/// A boot that prints no console line in [`FIRST_LINE_WITHIN`] is ended
+/// and booted once more: the emulated machine stuck before the guest's
+/// first output (seen once in CI, where it held the whole 900 s limit; the
+/// same images booted in 72 s right after), so nothing the guest was to
+/// check ever ran.
 pub fn boot(
     machine: &Machine,
     boot: &Boot,
@@ -61,25 +76,25 @@ pub fn boot(
     console_log: &Path,
     mut on_line: impl FnMut(&str),
 ) -> anyhow::Result<Outcome> {
-    let (outcome, lines) = boot_once(machine, boot, protocol, console_log, &mut on_line)?;
-    if !(outcome.timed_out && lines == 0) {
+    let outcome = boot_once(machine, boot, protocol, console_log, &mut on_line)?;
+    if !outcome.silent {
         return Ok(outcome);
     }
     println!(
         "vm: qemu printed nothing on the console in {} s, so the guest never started; booting it once more",
         outcome.elapsed.as_secs()
     );
-    Ok(boot_once(machine, boot, protocol, console_log, &mut on_line)?.0)
+    boot_once(machine, boot, protocol, console_log, &mut on_line)
 }
 
-/// One boot: its outcome and how many console lines it printed.
+/// One boot.
 fn boot_once(
     machine: &Machine,
     boot: &Boot,
     protocol: &Path,
     console_log: &Path,
     on_line: &mut impl FnMut(&str),
-) -> anyhow::Result<(Outcome, u64)> {
+) -> anyhow::Result<Outcome> {
     let mut log = File::create(console_log).with_context(|| format!("creating {}", console_log.display()))?;
     let _ = std::fs::remove_file(protocol);
     let mut command = Command::new("timeout");
@@ -123,21 +138,41 @@ fn boot_once(
     let start = Instant::now();
     let mut child = command.spawn().with_context(|| format!("starting `{what}`"))?;
     let mut stdout = BufReader::new(child.stdout.take().expect("stdout is piped"));
-    let (mut raw, mut lines) = (Vec::new(), 0);
-    loop {
-        raw.clear();
-        // Ends at EOF, when qemu exits; `timeout` bounds that.
-        match stdout.read_until(b'\n', &mut raw) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
+    let mut raw = Vec::new();
+    let spoke = AtomicBool::new(false);
+    let silenced = AtomicBool::new(false);
+    let pid = Pid::from_raw(child.id() as i32);
+    thread::scope(|scope| {
+        // Ends `timeout` (which ends qemu) if the console stays silent; it
+        // is xtask's own child, not yet waited for, so its PID is still ours.
+        scope.spawn(|| {
+            let deadline = start + FIRST_LINE_WITHIN.min(machine.timeout);
+            while !spoke.load(Ordering::Relaxed) && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(200));
+            }
+            if !spoke.load(Ordering::Relaxed) {
+                silenced.store(true, Ordering::Relaxed);
+                let _ = kill(pid, Signal::SIGTERM);
+            }
+        });
+        loop {
+            raw.clear();
+            // Ends at EOF, when qemu exits; `timeout` bounds that.
+            match stdout.read_until(b'\n', &mut raw) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            spoke.store(true, Ordering::Relaxed);
+            let line = String::from_utf8_lossy(&raw);
+            let line = line.trim_end_matches(['\n', '\r']);
+            let _ = writeln!(log, "{line}");
+            on_line(line);
         }
-        let line = String::from_utf8_lossy(&raw);
-        let line = line.trim_end_matches(['\n', '\r']);
-        let _ = writeln!(log, "{line}");
-        on_line(line);
-        lines += 1;
-    }
+        // qemu is gone: the watcher has nothing left to end.
+        spoke.store(true, Ordering::Relaxed);
+    });
     let status = child.wait().with_context(|| format!("waiting for `{what}`"))?;
-    let timed_out = matches!(status.code(), Some(124 | 137));
-    Ok((Outcome { status, timed_out, elapsed: start.elapsed() }, lines))
+    let silent = silenced.load(Ordering::Relaxed);
+    let timed_out = !silent && matches!(status.code(), Some(124 | 137));
+    Ok(Outcome { status, timed_out, silent, elapsed: start.elapsed() })
 }

@@ -223,7 +223,7 @@ mod tests {
 
     fn outcome(timed_out: bool) -> qemu::Outcome {
         let status = ExitStatus::from_raw(if timed_out { 124 << 8 } else { 0 });
-        qemu::Outcome { status, timed_out, elapsed: Duration::from_secs(80) }
+        qemu::Outcome { status, timed_out, silent: false, elapsed: Duration::from_secs(80) }
     }
 
     fn protocol(checks: &[(&str, &str)], done: bool) -> String {
