@@ -50,13 +50,14 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
 use crate::service_curve::ServiceCurve;
 use crate::sketch::Sketch;
 use crate::telemetry::{
     ClassObservations, Observation,
     freshness::{self, StaleInput},
 };
-use serde::{Deserialize, Serialize};
 
 /// The estimator's tunables (the `[estimator]` part of the config).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -40,7 +40,7 @@ impl ServiceCurve {
     /// The curve of a sketch's samples; `None` when it holds none.
     pub fn of_sketch(sketch: &Sketch) -> Option<Self> {
         let count = sketch.count();
-        let grid: Vec<f64> = (0..GRID_STEPS).map(grid).collect();
+        let grid: [f64; GRID_STEPS] = std::array::from_fn(grid);
         let mut quantiles: Vec<f64> = sketch.quantiles(&grid)?.into_iter().map(|q| q.max(0.0)).collect();
         monotone(&mut quantiles);
         let mean_ms = sketch.sum().map_or(quantiles[49], |s| (s / count as f64).max(0.0));
