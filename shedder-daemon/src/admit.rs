@@ -13,7 +13,9 @@
 //!                                                 when no job behind it waits for a worker
 //!              unless the backend is idle, as the job's own wait agrees:
 //!              admit (the sanity guard)
-//! a higher tier's jobs missing their deadlines → reject_tier (503): this tier waits
+//! a higher tier's jobs missing their deadlines → reject_tier (503): this tier waits,
+//!              unless one more start's wait would take the job's chance
+//!              under θ and it would start on a worker no job behind it takes
 //! starting it would leave fewer workers free than the higher tiers' reserve
 //!            → reject_tier (503)              `running` from the server, else scraped;
 //!                                             asked at start only
@@ -43,7 +45,12 @@
 //! priority queue) says so (`can_hold`), and then gets `hold`: keep the job
 //! queued, start the next one, ask again as a worker frees. The job leaves
 //! the queue when it may start, or when its own chance is gone
-//! (`reject_deadline`).
+//! (`reject_deadline`). A job held for a higher tier's missed deadlines
+//! starts at its last chance (the wait for one more start, `E[S] / c`, would
+//! take it under θ) when a worker is free and no job behind it would take
+//! that worker: holding it longer would only idle the worker until the
+//! job's chance is gone. The workers kept free by a reserve stay kept: a
+//! job released into them took the critical tier's starts.
 //!
 //! **Two refusals a client can act on.** 503 means the backend has no room
 //! in time: `Retry-After` is the predicted drain time (the queue term),
@@ -290,6 +297,13 @@ pub fn admit<R: Rng + ?Sized>(
     } else {
         (Verdict::RejectTier, format!("queue drains in ~{drain:.0} ms"))
     };
+    // A job whose chance would fall under the threshold in the wait for one
+    // more start, on a worker that no job behind it would take: holding it
+    // for a higher tier only idles that worker until the job's chance is gone.
+    let last_chance = none_waiting
+        && view.ahead.zip(running).is_some_and(|(q, running)| {
+            running + 1.0 <= q.workers && view.curve.p_within(left - q.wait_ms(0.0, None)) < threshold
+        });
     // The tick saw an idle backend, and this job's own wait and the
     // server's count of busy workers do not say otherwise.
     let idle = view.idle.is_some_and(|marks| marks.agree(queue_age_ms, request.waiting_ahead, running));
@@ -317,7 +331,7 @@ pub fn admit<R: Rng + ?Sized>(
             reserve.for_tier.as_str()
         );
         (for_tier, drain, false, why)
-    } else if let Some(higher) = view.yields_to.as_ref().filter(|_| !idle) {
+    } else if let Some(higher) = view.yields_to.as_ref().filter(|_| !idle && !last_chance) {
         let why = format!("{higher}, of a higher tier, is missing deadlines: this tier waits; {after}");
         (for_tier, drain, false, why)
     } else if let Some(limit) = view.wait_limit.as_ref().filter(|l| !idle && waited_ms > l.wait_ms) {
@@ -339,7 +353,13 @@ pub fn admit<R: Rng + ?Sized>(
         );
         (Verdict::RejectBudget, 0.0, false, why)
     } else {
-        (Verdict::Admit, 0.0, false, format!("on-time chance {p:.2} >= {threshold:.2}{weighed}{waits}"))
+        let yielding = match &view.yields_to {
+            Some(higher) if last_chance => format!(
+                "; its last chance, on a worker no job waits for, though {higher} of a higher tier is missing deadlines"
+            ),
+            _ => String::new(),
+        };
+        (Verdict::Admit, 0.0, false, format!("on-time chance {p:.2} >= {threshold:.2}{weighed}{waits}{yielding}"))
     };
     let retry_after_ms = verdict.http_status().is_some().then(|| retry_after(over_ms, policy, rng));
     AdmitDecision {

@@ -100,6 +100,16 @@ fn verdicts_follow_the_chance_of_finishing_in_time() {
     sketch.add(4_000.0, 25);
     let long_tail = ServiceCurve::of_sketch(&sketch).unwrap();
     let policy = AdmitPolicy::with_max_queue_age(10_000.0);
+    // Below a higher tier missing its deadlines, 8 workers at a 400 ms mean
+    // (a start every 50 ms); asked at start by a server that can hold, with
+    // `running` in service and `behind` queued behind, `age` ms after queueing.
+    let yielding = ClassView { yields_to: Some("critical".into()), ..knows_queue(short.clone(), None) };
+    let held = |running: f64, behind: f64, age: f64| AdmitRequest {
+        running: Some(running),
+        waiting_behind: Some(behind),
+        can_hold: true,
+        ..request(age)
+    };
     let rows: Vec<(&str, ClassView, AdmitRequest, Verdict, Option<u16>)> = vec![
         ("fresh job, short service", view(short.clone(), false, false), request(0.0), Verdict::Admit, None),
         ("waited 2 s of 3", view(short.clone(), false, false), request(2_000.0), Verdict::Admit, None),
@@ -253,6 +263,28 @@ fn verdicts_follow_the_chance_of_finishing_in_time() {
             Verdict::Hold,
             None,
         ),
+        (
+            "…held at its last chance (one more start's wait and it is gone), a worker free, none behind: started",
+            yielding.clone(),
+            held(5.0, 0.0, 2_480.0),
+            Verdict::Admit,
+            None,
+        ),
+        (
+            "…the same, but a job behind it waits for that worker: held",
+            yielding.clone(),
+            held(5.0, 3.0, 2_480.0),
+            Verdict::Hold,
+            None,
+        ),
+        (
+            "…the same, but its chance outlasts another start: held",
+            yielding.clone(),
+            held(5.0, 0.0, 2_300.0),
+            Verdict::Hold,
+            None,
+        ),
+        ("…the same, but every worker busy: held", yielding.clone(), held(8.0, 0.0, 2_480.0), Verdict::Hold, None),
         (
             "the server does not say: the scraped running count stands in",
             below_critical(short.clone(), Some(7.0)),
