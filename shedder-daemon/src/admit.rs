@@ -50,7 +50,7 @@
 //! take it under θ) when a worker is free and no job behind it would take
 //! that worker: holding it longer would only idle the worker until the
 //! job's chance is gone. The workers kept free by a reserve stay kept: a
-//! job released into them took the critical tier's starts.
+//! job started in them would take a higher tier's worker.
 //!
 //! **Two refusals a client can act on.** 503 means the backend has no room
 //! in time: `Retry-After` is the predicted drain time (the queue term),
@@ -300,7 +300,8 @@ pub fn admit<R: Rng + ?Sized>(
     // A job whose chance would fall under the threshold in the wait for one
     // more start, on a worker that no job behind it would take: holding it
     // for a higher tier only idles that worker until the job's chance is gone.
-    let last_chance = none_waiting
+    let last_chance = view.yields_to.is_some()
+        && none_waiting
         && view.ahead.zip(running).is_some_and(|(q, running)| {
             running + 1.0 <= q.workers && view.curve.p_within(left - q.wait_ms(0.0, None)) < threshold
         });
