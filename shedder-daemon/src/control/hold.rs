@@ -6,17 +6,18 @@
 //! one the rates let build) is invisible to it: arrivals equal to
 //! completions keep it exactly as long as it is, and every job in it waits
 //! that long. So while the rates see no overload (demand within capacity)
-//! and the wait exceeds a target, admission is held below capacity by the
+//! and a wait exceeds its target, admission is held below capacity by the
 //! excess work, spread over [`DRAIN_S`]. (Where the rates do see overload,
 //! the allotments already cut, and a second answer to the same queue, on
 //! readings that lag, only idles workers.)
 //!
 //! ```text
 //! target    = room           room = deadline − safety − service term, the
-//!                            wait a job can take and keep its on-time chance
-//!                            (the tightest class with work offered)
-//! wait      = the queue term of the freshest readings
-//! excess    = (wait − target) · capacity          worker-seconds queued too many
+//!                            wait a job can take and keep its on-time chance:
+//!                            of the class whose jobs waited, or, for a live
+//!                            queue depth, of the tightest class with work offered
+//! excess    = max over the freshest readings of (wait − target) · capacity
+//!                                                worker-seconds queued too many
 //! admission = max(available − excess / DRAIN_S, available / 2)
 //! ```
 //!
@@ -24,9 +25,19 @@
 //! over the shortest horizon that holds enough of its own jobs. A class
 //! whose jobs are seldom let in reads it seconds back, past waits long
 //! gone, and a hold on such a reading idles workers beside a queue its
-//! busier neighbours see empty. So the wait is the longest queue term among
-//! the classes read over the shortest horizon (a live queue depth is read
-//! now).
+//! busier neighbours see empty. So only the classes read over the shortest
+//! horizon count (a live queue depth is read now).
+//!
+//! Each wait against its own class's room: the classes share the workers
+//! but not the order in which they get them. A lower tier's jobs wait
+//! while a higher tier's go first (`admit` holds them), so its wait is
+//! longer than the queue a tighter class stands in, and costs nothing
+//! while within its own room. Held against the tightest class's room, that
+//! wait drained admission, the tighter class's included, for a queue the
+//! tighter class never saw. In a queue all classes stand in alike, the
+//! tightest class's reading has the most excess; and a live queue depth is
+//! the queue every class's next job would stand in, so it is held against
+//! the tightest room.
 //!
 //! The whole room: a queue shorter than that costs no job its chance and
 //! keeps every worker fed, so a busy but healthy backend, whose waits come
@@ -59,13 +70,22 @@ pub struct WaitReading {
     pub horizon_ms: u64,
 }
 
+impl WaitReading {
+    /// Read from the live queue depth: the wait a job of any class arriving
+    /// now would stand in, not one class's jobs' past waits.
+    fn live(&self) -> bool {
+        self.horizon_ms == 0
+    }
+}
+
 /// The hold at one tick.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct Hold {
-    /// The queue's wait, ms: the longest queue term among the freshest
-    /// readings (those over the shortest horizon) of classes with work offered.
+    /// The queue's wait, ms: of the freshest reading (over the shortest
+    /// horizon, of classes with work offered) furthest past its room.
     pub wait_ms: f64,
-    /// The room of the tightest class, ms.
+    /// That reading's target, ms: its class's room, or the tightest
+    /// class's for a live queue depth.
     pub target_ms: f64,
     /// Worker-seconds per second taken off admission to drain the excess.
     pub drain: f64,
@@ -75,21 +95,28 @@ impl Hold {
     /// From each class's [`WaitReading`], for classes with work offered and
     /// measured waits; `capacity` in worker-seconds per second.
     pub fn measure(classes: impl IntoIterator<Item = WaitReading>, capacity: f64) -> Hold {
-        let (mut wait_ms, mut room_ms, mut freshest) = (0.0_f64, f64::INFINITY, u64::MAX);
-        for r in classes {
-            room_ms = room_ms.min(r.room_ms.max(0.0));
-            if r.horizon_ms < freshest {
-                (freshest, wait_ms) = (r.horizon_ms, r.wait_ms);
-            } else if r.horizon_ms == freshest {
-                wait_ms = wait_ms.max(r.wait_ms);
+        let classes: Vec<WaitReading> = classes.into_iter().collect();
+        let tightest_ms = classes.iter().map(|r| r.room_ms.max(0.0)).fold(f64::INFINITY, f64::min);
+        let target_ms = |r: &WaitReading| if r.live() { tightest_ms } else { r.room_ms.max(0.0) };
+        let past_room_ms = |r: &WaitReading| r.wait_ms - target_ms(r);
+        let mut worst: Option<WaitReading> = None;
+        for r in classes.iter().copied() {
+            let replaces = worst.is_none_or(|w| {
+                r.horizon_ms < w.horizon_ms || (r.horizon_ms == w.horizon_ms && past_room_ms(&r) > past_room_ms(&w))
+            });
+            if replaces {
+                worst = Some(r);
             }
         }
-        if !room_ms.is_finite() {
+        let Some(worst) = worst else {
             return Hold::default();
+        };
+        let excess = past_room_ms(&worst).max(0.0) / 1000.0 * capacity;
+        Hold {
+            wait_ms: worst.wait_ms,
+            target_ms: target_ms(&worst),
+            drain: if capacity.is_finite() { excess / DRAIN_S } else { 0.0 },
         }
-        let target_ms = room_ms;
-        let excess = (wait_ms - target_ms).max(0.0) / 1000.0 * capacity;
-        Hold { wait_ms, target_ms, drain: if capacity.is_finite() { excess / DRAIN_S } else { 0.0 } }
     }
 
     /// A standing queue is being drained.
@@ -128,7 +155,9 @@ mod tests {
             (&[read(300.0, 2_000.0)], 8.0, 0.0),                           // a healthy busy queue
             (&[read(2_000.0, 2_000.0)], 8.0, 0.0),                         // at the target
             (&[read(3_000.0, 1_000.0)], 8.0, 8.0),                         // 2 s over: 16 worker-s over 2 s
-            (&[read(400.0, 3_000.0), read(400.0, 300.0)], 8.0, 0.4),       // the tightest class sets it
+            (&[read(400.0, 3_000.0), read(400.0, 300.0)], 8.0, 0.4),       // one queue: the tightest class sets it
+            (&[read(1_500.0, 2_000.0), read(40.0, 60.0)], 8.0, 0.0),       // a patient class waits longer, in its room
+            (&[read(2_100.0, 2_000.0), read(40.0, 60.0)], 8.0, 0.4),       // ... past its room, its excess counts
             (&[read(100.0, -50.0)], 8.0, 0.4),                             // no room at all: any wait is too much
             (&[at(3_000.0, 9_000.0, 12_000), read(1.0, 100.0)], 8.0, 0.0), // a thin class's old wait
             (&[at(3_000.0, 9_000.0, 12_000), read(200.0, 100.0)], 8.0, 0.4), // ... the fresh one counts
