@@ -399,7 +399,10 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         hedge: false,
                         running: Some(running),
                         waiting_ahead: None,
-                        waiting_behind: Some((queue.len() + held.len() + still_held.len()) as f64),
+                        // Behind it: the held jobs not yet asked this pass, and the
+                        // queue. Those held already this pass are older, and a
+                        // refusal would not give them its worker.
+                        waiting_behind: Some((queue.len() + held.len()) as f64),
                         can_hold: true,
                     };
                     let d = admit(&request, view, &policy, 0.0, params.retry_share_max, &mut rng);
