@@ -372,7 +372,9 @@ impl Controller {
         let reading = self.read_backend(&p, input, &slacks, dt_s);
         let law = self.step_law(&p, input, &slacks, &reading, now_ms, dt_s);
         let sharing = self.share_out(&p, input, &slacks, &reading, law.pressure_class);
-        let neighbours = Neighbours::new(&self.policies, &slacks, &reading);
+        let neighbours = Neighbours::new(&self.policies, &slacks, &reading, |tier| {
+            attribution::cut_worth(&reading, tier, 0.0, |n| chances(input, &slacks, n)).is_none_or(|w| w.pays())
+        });
 
         let plan = &self.plan;
         let facts = TickFacts {

@@ -2,6 +2,14 @@
 //! leave free for higher tiers ([`super::reserve`]), the higher-tier class
 //! whose jobs it yields to, and the wait limit a tighter class of its own
 //! tier sets ([`super::wait_limit`]).
+//!
+//! A lower tier yields to a class whose jobs are losing their chance to the
+//! wait: always to a critical class, the tier the objective puts first;
+//! to a class of a middle tier only while the yield pays as a cut for it
+//! must ([`super::attribution::cut_worth`], every lower-tier job turned
+//! away): a class whose own service spends most of its deadline reads as
+//! losing its chance at waits of a few tens of ms, and yielding to it held
+//! up a sheddable tier for next to nothing it won back.
 
 use std::collections::BTreeMap;
 
@@ -15,8 +23,9 @@ use super::wait_limit::{WaitLimit, Waiting, wait_limit};
 pub(super) struct Neighbours<'a> {
     reserves: BTreeMap<&'a str, Reserve>,
     /// Offering classes whose jobs are losing their on-time chance to the
-    /// wait (`p_on_time` below the threshold), with their tiers.
-    pressed: Vec<(Tier, &'a str)>,
+    /// wait (`p_on_time` below the threshold) and that the lower tiers yield
+    /// to, with their tiers.
+    yielded_to: Vec<(Tier, &'a str)>,
     /// Every class as the wait limits see it.
     as_waiting: BTreeMap<&'a str, Waiting<'a>>,
     /// The offering classes among those, which limit their tiers' more
@@ -27,10 +36,13 @@ pub(super) struct Neighbours<'a> {
 }
 
 impl<'a> Neighbours<'a> {
+    /// `yield_pays(tier)`: a yield to a class of `tier` wins back at least
+    /// what it costs the tiers below.
     pub fn new(
         policies: &'a BTreeMap<String, ClassPolicy>,
         slacks: &BTreeMap<String, Slack>,
         reading: &'a Reading,
+        yield_pays: impl Fn(Tier) -> bool,
     ) -> Self {
         let offering = |n: &String| reading.offering.contains(n);
         let reserves = reading
@@ -63,6 +75,8 @@ impl<'a> Neighbours<'a> {
             .filter(|n| slacks[*n].has_evidence() && slacks[*n].p_on_time < slacks[*n].threshold)
             .map(|n| (policies[n].tier, n.as_str()))
             .collect();
+        let yielded_to =
+            pressed.iter().copied().filter(|(tier, _)| *tier == Tier::Critical || yield_pays(*tier)).collect();
         let as_waiting: BTreeMap<&str, Waiting> = policies
             .iter()
             .map(|(n, policy)| {
@@ -80,7 +94,7 @@ impl<'a> Neighbours<'a> {
         let limiting =
             reading.offering.iter().filter(|_| reading.ahead.is_some()).map(|n| as_waiting[n.as_str()]).collect();
         let two_starts_ms = reading.ahead.map_or(0.0, |q| q.wait_ms(1.0, None));
-        Neighbours { reserves, pressed, as_waiting, limiting, two_starts_ms }
+        Neighbours { reserves, yielded_to, as_waiting, limiting, two_starts_ms }
     }
 
     /// Workers `class`'s jobs must leave free; none for the highest tier with work.
@@ -89,9 +103,9 @@ impl<'a> Neighbours<'a> {
     }
 
     /// A class of a higher tier than `tier` whose jobs are losing their
-    /// chance to the wait.
+    /// chance to the wait, and that this tier yields to.
     pub fn yields_to(&self, tier: Tier) -> Option<String> {
-        self.pressed.iter().find(|(t, _)| *t < tier).map(|(_, n)| n.to_string())
+        self.yielded_to.iter().find(|(t, _)| *t < tier).map(|(_, n)| n.to_string())
     }
 
     /// The wait limit `class`'s tier sets it, `binding`: the allotments bind.

@@ -864,3 +864,35 @@ fn work_admit_refuses_does_not_contend_for_the_workers() {
         assert!(contested.contains(&got), "{refused:.0} of {offered_rate:.0} jobs/s refused: contested {got}");
     }
 }
+
+#[test]
+fn a_lower_tier_yields_to_a_critical_class_always_and_to_a_middle_tier_only_where_it_pays() {
+    // A class of `tier` losing its chance to a 2.6 s wait (of a 3 s deadline,
+    // 250 ms safety, jobs of p95 300 ms) at `rate` jobs/s, beside a
+    // sheddable class of 5 jobs/s that waits for nothing, on 8 workers.
+    let yields = |tier, rate: f64| {
+        let policies = BTreeMap::from([
+            ("pressed".to_string(), ClassPolicy { tier, ..adaptive(0.0, 100.0, false) }),
+            ("sheddable".to_string(), ClassPolicy { tier: Tier::Sheddable, ..adaptive(0.0, 100.0, false) }),
+        ]);
+        let params = ControlParams { workers: Some(8.0), ..ControlParams::default() };
+        let mut c = Controller::new(params, policies).unwrap();
+        let estimates: Estimates = BTreeMap::from([
+            ("pressed".to_string(), estimate("pressed", 2_600.0, 300.0)),
+            ("sheddable".to_string(), estimate("sheddable", 0.0, 300.0)),
+        ]);
+        let offered = BTreeMap::from([("pressed".to_string(), rate), ("sheddable".to_string(), 5.0)]);
+        tick(&mut c, ms(100), &estimates, &[], &offered);
+        c.view("sheddable").unwrap().yields_to.clone()
+    };
+    // (the pressed class's tier, its jobs/s, the sheddable class yields)
+    let rows = [
+        (Tier::Critical, 2.0, true),  // the first tier: whatever it costs
+        (Tier::Critical, 40.0, true), //
+        (Tier::Standard, 2.0, false), // wins back less than the 5 jobs/s it would hold up
+        (Tier::Standard, 40.0, true), // wins back more
+    ];
+    for (tier, rate, yielded) in rows {
+        assert_eq!(yields(tier, rate).is_some(), yielded, "{tier:?} at {rate} jobs/s");
+    }
+}
