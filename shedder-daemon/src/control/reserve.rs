@@ -35,7 +35,7 @@
 //! 2026-12-01), `⌊√(2m)⌋` 0–1.6%. It costs the lower tier at most `R`
 //! workers, and only while no more than `R` are free: near full on a large
 //! backend, but on two workers with `R = 1` whenever one is busy, which is
-//! where a lower tier loses most to it (docs/control.md's figures).
+//! where a lower tier loses most to it (docs/control-log.md).
 //!
 //! **A higher tier that can wait needs fewer.** The reserve is for the
 //! higher tier's jobs that would otherwise wait for a worker to free. A tier
