@@ -100,11 +100,14 @@ mod law;
 mod neighbours;
 pub mod params;
 pub mod plan;
+mod read_backend;
 pub mod reserve;
 pub mod safety;
 mod share;
+mod share_out;
 pub mod slack;
 mod starts;
+mod step_law;
 mod sure;
 pub mod tier;
 pub mod wait_limit;
@@ -115,8 +118,6 @@ use std::time::Duration;
 use serde::Serialize;
 
 pub use ahead::QueueAhead;
-use allocate::{Claim, allocate, allot};
-use attribution::CutWorth;
 use budget::{ClassFacts, TickFacts, rate_of};
 pub use capacity::{CapacityModel, CapacitySource};
 use decision::model_words;
@@ -124,12 +125,11 @@ pub use decision::{Action, Decision, DecisionLog};
 pub use gate::{GateParams, GpuSummary};
 pub use hold::Hold;
 pub use idle::IdleMarks;
-use idle::{backlog_ms, idle_backend};
-use law::{Law, Move};
+use idle::idle_backend;
+use law::Law;
 use neighbours::Neighbours;
 pub use params::{Budget, ClassPolicy, ControlParams, InvalidControl};
 pub use plan::CapacityPlan;
-use plan::Reading;
 pub use reserve::Reserve;
 pub use slack::{Slack, Stale, slack};
 use starts::StartLog;
@@ -364,6 +364,11 @@ impl Controller {
 
     /// One control step at `now`. Returns the budget changes, in class
     /// order; [`Controller::rate`] has the new budgets.
+    ///
+    /// The steps, each in its own file: the backend read ([`read_backend`]),
+    /// the law's move ([`step_law`]), admission shared out ([`share_out`]),
+    /// each class beside the others ([`neighbours`]), then each class's
+    /// budget ([`budget`]) and the view `admit` judges its jobs by.
     pub fn tick(&mut self, now: Duration, input: &TickInputs) -> Vec<Decision> {
         let (now_ms, dt_s) = self.advance_clock(now);
         let p = self.params.clone();
@@ -533,264 +538,6 @@ impl Controller {
             .collect()
     }
 
-    /// The capacity model and each adaptive class's claim on it.
-    fn read_backend(
-        &mut self,
-        p: &ControlParams,
-        input: &TickInputs,
-        slacks: &BTreeMap<String, Slack>,
-        dt_s: f64,
-    ) -> Reading {
-        let busy: f64 =
-            slacks.values().map(|s| capacity::busy_workers(s.running, s.drain_rate_per_s, s.mean_service_ms)).sum();
-        let backlogged = slacks.values().any(|s| s.has_evidence() && s.queue_term_ms > backlog_ms(p, s));
-        let limiting = self.plan.demand > self.plan.effective;
-        self.capacity.update(busy, backlogged, limiting, dt_s);
-        let adaptive: Vec<String> = self
-            .policies
-            .iter()
-            .filter(|(_, pol)| matches!(pol.budget, Budget::Adaptive { .. }))
-            .map(|(n, _)| n.clone())
-            .collect();
-        let max_rates: f64 =
-            adaptive.iter().map(|name| self.policies[name].capacity() * slacks[name].mean_service_ms / 1000.0).sum();
-        self.starts.record(input.starts);
-        let (capacity, source) = self.capacity.capacity(p.workers, max_rates, self.starts.workers_seen());
-        let capacity = capacity.max(f64::MIN_POSITIVE);
-        // The classes with work offered (or let in) in the last second: the
-        // ones whose running jobs, rooms, waits and reserves count now (a
-        // decayed demand never quite reaches zero).
-        let offering: Vec<String> = adaptive.iter().filter(|n| asked(input, n) > 0.0).cloned().collect();
-        let running: Option<f64> = offering
-            .iter()
-            .map(|n| slacks[n].running.map(|r| r as f64))
-            .sum::<Option<f64>>()
-            .filter(|_| !offering.is_empty());
-
-        // What each controlled class asks of the backend, worker-seconds/s.
-        let decay = (-dt_s / DEMAND_MEMORY_S).exp();
-        let claims: Vec<Claim> = adaptive
-            .iter()
-            .map(|n| {
-                let state = self.states.get_mut(n).expect("a state for every policy");
-                let now = work(input.offered, slacks, n).max(work(input.admitted, slacks, n));
-                state.demand = now.max(state.demand * decay);
-                state.demand_mean += (dt_s / sure::MEAN_DEMAND_WINDOW_S).min(1.0) * (now - state.demand_mean);
-                let sure = sure::sure_part(
-                    state.demand,
-                    state.demand_mean,
-                    now,
-                    asked(input, n),
-                    slacks[n].mean_service_ms / 1000.0,
-                );
-                let policy = &self.policies[n];
-                Claim { tier: policy.tier, weight: policy.weight, demand: state.demand, sure }
-            })
-            .collect();
-        let demand = claims.iter().map(|c| c.demand).sum();
-
-        // What a job arriving now waits per job ahead of it: one model for every class.
-        let (mut rate_sum, mut mean_sum) = (0.0, 0.0);
-        for n in &adaptive {
-            let r = asked(input, n);
-            rate_sum += r;
-            mean_sum += r * slacks[n].mean_service_ms;
-        }
-        let mix_mean = if rate_sum > 0.0 { mean_sum / rate_sum } else { 0.0 };
-        let ahead = QueueAhead::new(capacity, mix_mean).filter(|_| source != CapacitySource::MaxRates);
-        Reading {
-            capacity,
-            source,
-            workers_seen: self.starts.workers_seen(),
-            busy,
-            backlogged,
-            adaptive,
-            claims,
-            demand,
-            offering,
-            running,
-            ahead,
-        }
-    }
-
-    /// The shared law acts on the slack of the class in the most trouble
-    /// among those it may act for ([`attribution`]), and moves the capacity
-    /// admission may use (`self.shared.rate`); the allocation then decides
-    /// whose work that is.
-    fn step_law(
-        &mut self,
-        p: &ControlParams,
-        input: &TickInputs,
-        slacks: &BTreeMap<String, Slack>,
-        reading: &Reading,
-        now_ms: u64,
-        dt_s: f64,
-    ) -> LawStep {
-        let Reading { capacity, source, busy, .. } = *reading;
-        let pressure_class = attribution::pressure_class(reading, |n| slacks[n].slack_ms / slacks[n].deadline_ms);
-        // Until a backlog shows what the backend can do, the capacity is what
-        // the classes' max_rates would bring at their measured service times
-        // (no limit of its own), and it moves as those are measured, from
-        // nothing at the first tick. Outside a cut the law's rate follows
-        // it: climbing towards it as if from a cut would hold admission at
-        // a sliver of an unknown capacity for the first seconds of a run.
-        if !self.shared.rate.is_finite() || (source == CapacitySource::MaxRates && !self.shared.cutting()) {
-            self.shared.rate = capacity;
-        }
-        let admitted_work: f64 = reading.adaptive.iter().map(|n| work(input.admitted, slacks, n)).sum();
-        let mut law_move = Move::Stay;
-        let mut guard_class = None;
-        match &pressure_class {
-            Some(class) => {
-                let s = &slacks[class];
-                let window_ms = input.estimates.get(class).map_or(0, |e| e.window_ms);
-                let floor = attribution::cut_floor(reading, self.policies[class].tier, p.headroom);
-                if s.slack_ms < 0.0 && idle_backend(p, s, busy, capacity).is_some() {
-                    // The model says "refuse" while the backend has room: the
-                    // model is wrong (a margin or prior too tight), not the backend.
-                    guard_class = Some(class.clone());
-                } else if let Some(spare) = self.idle_under_cut(p, input, reading) {
-                    law_move = self.shared.lift(spare, capacity);
-                } else if let Some(worth) = self.unpaid_cut(p, input, slacks, reading, class, admitted_work) {
-                    law_move = self.shared.spare(worth, capacity);
-                } else {
-                    let admitted = Some(admitted_work);
-                    law_move = self.shared.step(p, s, now_ms, dt_s, admitted, window_ms, floor, capacity);
-                }
-            }
-            // Nothing for the law to act for: back towards the capacity at
-            // the law's full recovery speed.
-            None => {
-                let per_s = p.recovery_per_s * capacity;
-                if self.shared.rate < capacity {
-                    self.shared.rate = (self.shared.rate + per_s * dt_s).min(capacity);
-                    law_move = Move::Recover { per_s };
-                }
-                self.shared.reset_episode();
-            }
-        }
-        // The capacity itself moved (learnt, reconfigured): stay within it.
-        self.shared.rate = self.shared.rate.min(capacity);
-        LawStep { pressure_class, law_move, guard_class }
-    }
-
-    /// The workers the law's cut leaves free at every recent start, while
-    /// `admit` refuses no class past the waste tolerance (see
-    /// [`Move::Lifted`]).
-    fn idle_under_cut(&self, p: &ControlParams, input: &TickInputs, reading: &Reading) -> Option<f64> {
-        let wasting = reading.adaptive.iter().any(|n| past_waste_tolerance(p, input, n));
-        (self.shared.rate < reading.capacity && !wasting).then(|| self.starts.spare(reading.capacity)).flatten()
-    }
-
-    /// The worth of the cut `class`'s slack calls for, when it would cost
-    /// the lower tiers more than it could buy (see
-    /// [`attribution::cut_worth`]): with negative slack, a first cut on the
-    /// whole deficit, whether the law would cut now or keep an earlier cut;
-    /// in the dead band, the cut the law holds.
-    fn unpaid_cut(
-        &self,
-        p: &ControlParams,
-        input: &TickInputs,
-        slacks: &BTreeMap<String, Slack>,
-        reading: &Reading,
-        class: &str,
-        admitted_work: f64,
-    ) -> Option<CutWorth> {
-        let s = &slacks[class];
-        let leaves = if s.slack_ms < 0.0 {
-            let factor = Law::cut_factor(p, -s.slack_ms, s.deadline_ms);
-            self.shared.cut_to(p, factor, Some(admitted_work))
-        } else if self.shared.rate < reading.capacity && s.slack_ms < Law::dead_band_ms(p, s) {
-            self.shared.rate
-        } else {
-            return None;
-        };
-        if !s.has_evidence() {
-            return None;
-        }
-        let worth = attribution::cut_worth(reading, self.policies[class].tier, leaves, |n| chances(input, slacks, n))?;
-        (!worth.pays()).then_some(worth)
-    }
-
-    /// What admission may use after the law and the static classes, shared
-    /// out among the adaptive classes; records the tick's [`CapacityPlan`].
-    fn share_out(
-        &mut self,
-        p: &ControlParams,
-        input: &TickInputs,
-        slacks: &BTreeMap<String, Slack>,
-        reading: &Reading,
-        pressure_class: Option<String>,
-    ) -> Sharing {
-        let Reading { capacity, source, demand, .. } = *reading;
-        let effective = self.shared.rate;
-        let static_work: f64 = self
-            .policies
-            .iter()
-            .filter(|(_, pol)| matches!(pol.budget, Budget::Static { .. }))
-            .map(|(n, _)| work(input.admitted, slacks, n))
-            .sum();
-        let available = (effective - static_work).max(0.0);
-        // A queue standing past the room while the rates see no
-        // overload is drained out of what admission may use (see `hold`).
-        // Where the rates do see it, the allotments already cut, and the
-        // hold would answer the same queue twice on lagging readings.
-        let hold = match source {
-            CapacitySource::MaxRates => Hold::default(),
-            _ if demand > available => Hold::default(),
-            _ => Hold::measure(
-                reading.offering.iter().filter(|n| slacks[*n].has_evidence()).map(|n| slacks[n].wait_reading()),
-                capacity,
-            ),
-        };
-        let admission = hold.admission(available);
-        // With no queue to buffer them, budgets carry headroom so that
-        // arrivals' randomness does not idle workers; a queue being drained
-        // is buffer enough.
-        let headroom = if hold.draining() { 0.0 } else { p.headroom };
-        // The allotments bind only with overload in evidence (a backlog, or
-        // a law that has cut): a demand estimate above capacity with no queue
-        // behind it is noise, and refusing on it would cost work that fits.
-        let binding = demand > admission && (reading.backlogged || effective < capacity);
-        // Each class's share against the others' sure demand (see
-        // `allocate`), less what `admit` would refuse of it (see `share`).
-        let plain = allocate(admission, &reading.claims);
-        let against_sure = allot(admission, &reading.claims);
-        let top_wasting_tier = reading
-            .adaptive
-            .iter()
-            .zip(&reading.claims)
-            .filter(|(n, _)| past_waste_tolerance(p, input, n))
-            .map(|(_, c)| c.tier)
-            .min();
-        let allocation = reading
-            .adaptive
-            .iter()
-            .zip(&reading.claims)
-            .zip(plain.into_iter().zip(against_sure))
-            .map(|((n, claim), (plain, against_sure))| {
-                let waste = share::Waste {
-                    past_tolerance: past_waste_tolerance(p, input, n),
-                    higher_tier_past_tolerance: top_wasting_tier.is_some_and(|t| t < claim.tier),
-                    refused_work: work(input.wasted, slacks, n),
-                };
-                let share = share::share(plain, against_sure, waste);
-                (n.clone(), Allotment { share, beyond_chance: (share - plain).max(0.0) })
-            })
-            .collect();
-        self.plan = CapacityPlan {
-            capacity,
-            source: Some(source),
-            effective,
-            busy: reading.busy,
-            demand,
-            backlogged: reading.backlogged,
-            pressure_class,
-            hold,
-        };
-        Sharing { admission, headroom, binding, allocation }
-    }
-
     /// Counts a tick on which the sanity guard kept `class` open, and logs
     /// the first of each episode; no class: the episode is over.
     fn note_guard(&mut self, class: Option<String>, slacks: &BTreeMap<String, Slack>) {
@@ -817,35 +564,6 @@ impl Controller {
             s.safety_words()
         );
     }
-}
-
-/// What the law did on one tick, and for whom.
-struct LawStep {
-    pressure_class: Option<String>,
-    law_move: Move,
-    /// The class the sanity guard kept the law from cutting for.
-    guard_class: Option<String>,
-}
-
-/// What admission may use on one tick, and each adaptive class's share of it.
-struct Sharing {
-    /// Worker-seconds per second.
-    admission: f64,
-    /// The budgets' headroom over what an allotment finishes.
-    headroom: f64,
-    /// Demand exceeds what admission may use, with overload in evidence.
-    binding: bool,
-    /// Per adaptive class.
-    allocation: BTreeMap<String, Allotment>,
-}
-
-/// One class's allotment, worker-seconds per second.
-#[derive(Clone, Copy, Debug)]
-struct Allotment {
-    share: f64,
-    /// Of the share, what the other classes' bursts of chance would have
-    /// taken had their whole demand been counted (see `allocate`).
-    beyond_chance: f64,
 }
 
 /// Worker-seconds per second that `class`'s jobs at `rates` would take.
