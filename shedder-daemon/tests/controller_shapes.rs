@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Each batch draws 48 shapes from its seed (`SHAPES_BATCH`, default 1;
-//! `SHAPES_ONLY=n` runs shape `n` alone, with `SIM_TRACE=1` its timeline):
+//! `SHAPES_ONLY=n` runs shape `n` alone, with `SIM_TRACE=1` its timeline
+//! and a tally of `admit`'s answers other than admit):
 //! 1–4 classes of random tiers, 2–16 workers, 0.5–3× load, service p50 from
 //! 20 ms to 2 s with a p95 1.3–4.3 times it, deadlines 0.8–5.8 times the
 //! p95, half the classes with a tail (10–40% of jobs taking 0.5–1.5 times the

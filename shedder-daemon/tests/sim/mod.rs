@@ -11,7 +11,8 @@
 //! `enforce` see the same jobs, and the bound is computed from them.
 //!
 //! `SIM_TRACE=1 cargo test -p shedder-daemon --test controller_families -- --nocapture`
-//! prints each run's timeline.
+//! prints each run's timeline, and after it a tally of the answers `admit`
+//! gave other than admit, per class and reason.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::time::Duration;
@@ -294,6 +295,8 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
     let mut wasted: Vec<VecDeque<f64>> = vec![VecDeque::new(); n];
     let mut trimmed: Vec<VecDeque<f64>> = vec![VecDeque::new(); n];
     let mut decisions = Vec::new();
+    let tracing = mode == Mode::Enforce && std::env::var_os("SIM_TRACE").is_some();
+    let mut answers = Answers::default();
     let mut next = 0;
     let end_ms = (w.duration_s * 1000.0) as u64;
     for tick_ms in (TICK_MS..=end_ms).step_by(TICK_MS as usize) {
@@ -406,6 +409,9 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         can_hold: true,
                     };
                     let d = admit(&request, view, &policy, 0.0, params.retry_share_max, &mut rng);
+                    if tracing && d.verdict != Verdict::Admit {
+                        answers.count(c.name, d.verdict, &d.reason);
+                    }
                     if d.verdict == Verdict::Hold {
                         still_held.push_back(job);
                         continue;
@@ -463,7 +469,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
             tokens[i] = (tokens[i] + rate * TICK_MS as f64 / 1000.0).min(burst(rate));
             budgets[i] = rate;
         }
-        if mode == Mode::Enforce && std::env::var_os("SIM_TRACE").is_some() {
+        if tracing {
             for d in &made {
                 println!(
                     "{:>7} {:<10} {:<7} {:7.2} -> {:7.2}  {}",
@@ -496,6 +502,9 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
             outcomes[job.class].unfinished += 1;
         }
     }
+    if tracing {
+        answers.print();
+    }
     Run { outcomes, decisions }
 }
 
@@ -517,5 +526,37 @@ impl Run {
             .iter()
             .find(|d| d.class == class && d.action == Action::Cut && d.at_ms >= from_ms)
             .map(|d| d.at_ms)
+    }
+}
+
+/// `admit`'s answers other than admit at start over a traced run, counted
+/// per class and reason with the reason's figures left out: which rule turns
+/// a class's jobs away, at a glance. A held job is asked again at each free
+/// worker, so holds count asks, not jobs.
+#[derive(Default)]
+struct Answers(BTreeMap<(&'static str, String), u64>);
+
+impl Answers {
+    fn count(&mut self, class: &'static str, verdict: Verdict, reason: &str) {
+        let mut shape = String::new();
+        for ch in reason.chars() {
+            // A digit after a letter is part of a name (`c0`), not a figure.
+            let in_name = shape.ends_with(|c: char| c.is_ascii_alphanumeric() && c != '#');
+            let figure = (ch.is_ascii_digit() && !in_name) || (ch == '.' && shape.ends_with('#'));
+            if !figure {
+                shape.push(ch);
+            } else if !shape.ends_with('#') {
+                shape.push('#');
+            }
+        }
+        *self.0.entry((class, format!("{verdict:?}: {shape}"))).or_default() += 1;
+    }
+
+    fn print(&self) {
+        let mut rows: Vec<_> = self.0.iter().collect();
+        rows.sort_by(|a, b| a.0.0.cmp(b.0.0).then(b.1.cmp(a.1)));
+        for ((class, reason), n) in rows {
+            println!("answers {class:<10} {n:>8}  {reason}");
+        }
     }
 }
