@@ -9,7 +9,7 @@
 //! * [`ipv6_ext`]: the IPv6 extension headers walked on the way to TCP, and how long each is.
 //! * [`rewrite`]: the RST reply and the DSCP mark, byte for byte.
 //! * [`resend`]: telling a SYN the client sent again after a drop from a new one.
-//! * [`reference`] (host only): a model of the whole fast path, to test the program against.
+//! * [`reference`](mod@reference) (host only): a model of the whole fast path, to test the program against.
 //! * [`watchdog`]: when the daemon's heartbeat is too old to keep shedding.
 //!
 //! The eBPF program calls these functions on its hot path and the host tests them

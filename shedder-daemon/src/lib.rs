@@ -25,6 +25,10 @@
 //! * [`clock`]: the clock the fast path's buckets run on.
 //! * [`tenant`]: tenants from the config, and the rates lent between them each tick.
 
+// The library is the daemon's own code, documented for its developers: its
+// docs link the private modules that explain each mechanism.
+#![allow(rustdoc::private_intra_doc_links)]
+
 pub mod admit;
 pub mod api;
 pub mod clock;

@@ -38,7 +38,7 @@ pub const MAX_PACKETS: u64 = 200_000_000;
 #[derive(Clone, Debug)]
 pub struct FloodTarget {
     /// The interface to write frames to; it must live in the namespace of
-    /// the thread that calls [`flood`].
+    /// the thread that calls [`SynFlood::run`].
     pub iface: String,
     pub src_mac: [u8; 6],
     pub dst_mac: [u8; 6],

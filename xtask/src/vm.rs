@@ -35,8 +35,8 @@ use crate::{bootstrap, cmd};
 #[derive(clap::Args)]
 pub struct Args {
     /// A kernel to check: debian-6.1, debian-6.12, host, or the path of a
-    /// kernel image (bzImage; modules are taken from ../lib/modules/<release>
-    /// beside it, else /lib/modules/<release>). Repeat for several.
+    /// kernel image (bzImage; modules are taken from `../lib/modules/<release>`
+    /// beside it, else `/lib/modules/<release>`). Repeat for several.
     /// Default: debian-6.1 and host, unless --systemd is given alone.
     #[arg(long = "kernel", value_name = "debian-6.1|debian-6.12|host|PATH")]
     kernels: Vec<String>,

@@ -33,7 +33,7 @@
 //!   `headroom` (25%; more for a queue that `admit` trims at start to a short
 //!   room, [`feed`]); a class whose allotment covers its demand is not
 //!   limited.
-//! * **Admission from the distribution** ([`slack`], [`crate::admit`]): a job
+//! * **Admission from the distribution** ([`slack`](mod@slack), [`crate::admit`]): a job
 //!   is worth a worker while its chance of finishing in time,
 //!   `P(service ≤ time left)` read from the class's service curve, is at
 //!   least `admit_confidence` (95%) of the chance a job served at once has.

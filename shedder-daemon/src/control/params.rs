@@ -50,7 +50,7 @@ pub struct ControlParams {
     #[serde(default = "d_depth_max_age_ms")]
     pub depth_max_age_ms: u64,
     /// A job is worth a worker while it keeps this fraction of the on-time
-    /// chance it would have on an idle backend (see [`super::slack`]).
+    /// chance it would have on an idle backend (see [`super::slack`](mod@super::slack)).
     #[serde(default = "d_admit_confidence")]
     pub admit_confidence: f64,
     /// Budgets are set at least this fraction above what a class's
