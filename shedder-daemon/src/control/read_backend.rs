@@ -1,6 +1,7 @@
-//! The tick's first step: what the backend can do (the capacity model),
-//! what each adaptive class claims of it, and the wait a job arriving now
-//! can expect per job ahead ([`Reading`]).
+//! A step of the tick, once each class's slack is measured: what the
+//! backend can do (the capacity model), what each adaptive class claims of
+//! it, and the wait a job arriving now can expect per job ahead
+//! ([`Reading`]).
 
 use std::collections::BTreeMap;
 

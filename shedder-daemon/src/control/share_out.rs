@@ -1,6 +1,7 @@
-//! The tick's third step: what admission may use after the law, the
-//! static classes and the queue hold, shared out among the adaptive
-//! classes by tier and weight ([`super::allocate`], [`super::share`]).
+//! A step of the tick, after the law's: what admission may use after the
+//! law, the static classes and the queue hold, shared out among the
+//! adaptive classes by tier and weight ([`super::allocate`],
+//! [`super::share`]).
 
 use std::collections::BTreeMap;
 

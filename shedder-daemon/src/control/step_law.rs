@@ -1,7 +1,7 @@
-//! The tick's second step: the shared law acts for the class in the most
-//! trouble among those it may act for, unless the sanity guard, a cut the
-//! workers show too deep, or a cut that would not pay says otherwise; it
-//! moves the capacity admission may use.
+//! A step of the tick, after the backend is read: the shared law acts for
+//! the class in the most trouble among those it may act for, unless the
+//! sanity guard, a cut the workers show too deep, or a cut that would not
+//! pay says otherwise; it moves the capacity admission may use.
 
 use std::collections::BTreeMap;
 
