@@ -27,20 +27,46 @@ pub enum Charge {
     Contended,
 }
 
-/// The coarse clock, read once per charged SYN for the watchdog and every
-/// bucket that uses it.
-#[inline(always)]
-pub fn coarse_now() -> u64 {
-    // SAFETY: a helper call with no arguments and no preconditions.
-    unsafe { bpf_ktime_get_coarse_ns() }
+/// The clocks one charged SYN reads: the coarse clock once, for the watchdog
+/// and every bucket on it, and the precise clock (the dearer helper by far)
+/// at most once, the first time a bucket on it asks, so that a tenant and a
+/// class both on the precise clock, and a refund, share one reading.
+pub struct Clock {
+    coarse: u64,
+    precise: Option<u64>,
 }
 
-/// The clock the daemon chose for this bucket (see `shedder_common::bucket::clock`):
-/// `coarse`, or a fresh precise reading.
-#[inline(always)]
-fn now(params: &BucketParams, coarse: u64) -> u64 {
-    // SAFETY: a helper call with no arguments and no preconditions.
-    if params.clock == clock::COARSE { coarse } else { unsafe { bpf_ktime_get_ns() } }
+impl Clock {
+    /// Reads the coarse clock; the precise one waits until a bucket needs it.
+    #[inline(always)]
+    pub fn read() -> Self {
+        // SAFETY: a helper call with no arguments and no preconditions.
+        Clock { coarse: unsafe { bpf_ktime_get_coarse_ns() }, precise: None }
+    }
+
+    /// The coarse clock's reading.
+    #[inline(always)]
+    pub fn coarse(&self) -> u64 {
+        self.coarse
+    }
+
+    /// The reading of the clock the daemon chose for this bucket (see
+    /// `shedder_common::bucket::clock`).
+    #[inline(always)]
+    fn now(&mut self, params: &BucketParams) -> u64 {
+        if params.clock == clock::COARSE {
+            return self.coarse;
+        }
+        match self.precise {
+            Some(precise) => precise,
+            None => {
+                // SAFETY: a helper call with no arguments and no preconditions.
+                let precise = unsafe { bpf_ktime_get_ns() };
+                self.precise = Some(precise);
+                precise
+            }
+        }
+    }
 }
 
 /// Compare-and-swap of a bucket state; the value seen, and whether it was swapped.
@@ -52,7 +78,7 @@ fn swap(state: *mut u64, old: u64, new: u64) -> (u64, bool) {
 
 /// Charges one connection to the bucket whose state is `state`.
 #[inline(always)]
-pub fn charge_state(state: Option<*mut u64>, params: &BucketParams, coarse: u64) -> Charge {
+pub fn charge_state(state: Option<*mut u64>, params: &BucketParams, clock: &mut Clock) -> Charge {
     // A closed bucket needs no clock reading, the dearest step of a charge.
     if params.is_closed() {
         return Charge::Empty;
@@ -60,7 +86,7 @@ pub fn charge_state(state: Option<*mut u64>, params: &BucketParams, coarse: u64)
     let Some(state) = state else {
         return Charge::Empty;
     };
-    let now = now(params, coarse);
+    let now = clock.now(params);
     // SAFETY: an aligned 64-bit load cannot tear on BPF; the CAS below validates it.
     let mut tat = unsafe { state.read_volatile() };
     for _ in 0..CAS_TRIES {
@@ -80,11 +106,11 @@ pub fn charge_state(state: Option<*mut u64>, params: &BucketParams, coarse: u64)
 /// A refund that loses the race `REFUND_TRIES` times is abandoned: the
 /// bucket then holds one token fewer than it might, never more.
 #[inline(always)]
-pub fn refund_state(state: Option<*mut u64>, params: &BucketParams, coarse: u64) {
+pub fn refund_state(state: Option<*mut u64>, params: &BucketParams, clock: &mut Clock) {
     let Some(state) = state else {
         return;
     };
-    let now = now(params, coarse);
+    let now = clock.now(params);
     // SAFETY: as in `charge_state`.
     let mut tat = unsafe { state.read_volatile() };
     for _ in 0..REFUND_TRIES {

@@ -76,15 +76,14 @@ fn admit<H: Hook>(ctx: &H, frame: &Frame, parsed: Result<parse::Syn, PassReason>
     // looks for an earlier drop of itself: established flows and off-mode
     // classes pay for none of them.
     if charged {
-        // One coarse reading for the watchdog and every bucket on that clock.
-        let coarse = bucket::coarse_now();
-        if watchdog::fails_open(global, coarse) {
+        let mut clock = bucket::Clock::read();
+        if watchdog::fails_open(global, clock.coarse()) {
             counters::count_pass(PassReason::FailOpen);
             return Verdict::Pass;
         }
         let tenant = tenant::tenant_of(&syn.addrs, global);
         fingerprint = resend::look(&syn, class, tenant);
-        let fit = tenant::charge(ctx, class, &config.bucket, tenant, coarse);
+        let fit = tenant::charge(ctx, class, &config.bucket, tenant, &mut clock);
         if let Some(tenant) = tenant {
             counters::count_tenant(tenant, fit);
         }

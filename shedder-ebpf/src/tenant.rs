@@ -9,7 +9,7 @@ use shedder_common::{
 };
 
 use crate::{
-    bucket::{Charge, charge_state, refund_state},
+    bucket::{Charge, Clock, charge_state, refund_state},
     hook::Hook,
     lpm::SourceKey,
     maps::{BUCKETS, TENANT_BUCKETS, TENANT_V4, TENANT_V6, TENANTS},
@@ -33,13 +33,13 @@ pub fn tenant_of(addrs: &Addrs, global: &GlobalConfig) -> Option<u32> {
 }
 
 /// The maps' buckets of one SYN.
-struct MapBuckets<'a, H: Hook> {
+struct MapBuckets<'a, 'c, H: Hook> {
     ctx: &'a H,
     class: u32,
     class_params: &'a BucketParams,
     tenant: u32,
     tenant_params: Option<&'a BucketParams>,
-    coarse: u64,
+    clock: &'c mut Clock,
 }
 
 /// Whose bucket a charge was, as the log names it.
@@ -67,13 +67,13 @@ fn fits<H: Hook>(ctx: &H, charged: Charge, owner: Owner, slot: u32) -> bool {
     }
 }
 
-impl<H: Hook> Buckets for MapBuckets<'_, H> {
+impl<H: Hook> Buckets for MapBuckets<'_, '_, H> {
     #[inline(always)]
     fn charge_tenant(&mut self) -> bool {
         let Some(params) = self.tenant_params else { return false };
         fits(
             self.ctx,
-            charge_state(TENANT_BUCKETS.get_ptr_mut(self.tenant), params, self.coarse),
+            charge_state(TENANT_BUCKETS.get_ptr_mut(self.tenant), params, self.clock),
             Owner::Tenant,
             self.tenant,
         )
@@ -83,7 +83,7 @@ impl<H: Hook> Buckets for MapBuckets<'_, H> {
     fn charge_class(&mut self) -> bool {
         fits(
             self.ctx,
-            charge_state(BUCKETS.get_ptr_mut(self.class), self.class_params, self.coarse),
+            charge_state(BUCKETS.get_ptr_mut(self.class), self.class_params, self.clock),
             Owner::Class,
             self.class,
         )
@@ -92,18 +92,23 @@ impl<H: Hook> Buckets for MapBuckets<'_, H> {
     #[inline(always)]
     fn refund_tenant(&mut self) {
         if let Some(params) = self.tenant_params {
-            refund_state(TENANT_BUCKETS.get_ptr_mut(self.tenant), params, self.coarse);
+            refund_state(TENANT_BUCKETS.get_ptr_mut(self.tenant), params, self.clock);
         }
     }
 }
 
 /// Charges the SYN's tenant (when it has one whose slot the map holds) and
-/// its class, `coarse` being the coarse clock's reading for both; returns
-/// where the charge stopped.
+/// its class, reading `clock` for both; returns where the charge stopped.
 #[inline(always)]
-pub fn charge<H: Hook>(ctx: &H, class: u32, class_params: &BucketParams, tenant: Option<u32>, coarse: u64) -> Fit {
+pub fn charge<H: Hook>(
+    ctx: &H,
+    class: u32,
+    class_params: &BucketParams,
+    tenant: Option<u32>,
+    clock: &mut Clock,
+) -> Fit {
     let tenant_params = tenant.and_then(|slot| TENANTS.get(slot));
     let has_tenant = tenant_params.is_some();
-    let mut buckets = MapBuckets { ctx, class, class_params, tenant: tenant.unwrap_or(0), tenant_params, coarse };
+    let mut buckets = MapBuckets { ctx, class, class_params, tenant: tenant.unwrap_or(0), tenant_params, clock };
     charge_both(&mut buckets, has_tenant)
 }

@@ -5,7 +5,10 @@
 //! tenant's refunds must give back exactly what the class refused.
 
 use shedder_testbed::test_run::XDP_DROP;
-use std::sync::{Arc, Barrier};
+use std::{
+    sync::{Arc, Barrier},
+    time::{Duration, Instant},
+};
 
 use aya::programs::{TestRun, TestRunOptions};
 use nix::{sched::CpuSet, unistd::Pid};
@@ -61,14 +64,45 @@ rate = 0.001
 burst = 8000
 "#;
 
+/// Both buckets on the precise clock (a tick of refill is over 1/16 of each
+/// burst), the class the scarcer: they refill during the race, and each SYN
+/// the class refuses hands its tenant back a token read at the same instant.
+const PRECISE_BOTH: &str = r#"
+mode = "enforce"
+default_class = "scarce"
+
+[[class]]
+name = "scarce"
+rate = 20000
+burst = 100
+action = "drop"
+
+[[tenant]]
+name = "acme"
+cidrs = ["10.0.0.0/24"]
+rate = 40000
+burst = 200
+"#;
+
 const REPEATS: u32 = 200_000;
 
-/// Runs the default IPv4 SYN `REPEATS` times on each of up to 8 CPUs at
-/// once; returns the datapath and how many SYNs were sent.
-fn race(config: &str) -> (Arc<Datapath>, u64) {
+/// What a race left: the datapath, how many SYNs were sent, and how many
+/// CPUs sent them.
+struct Raced {
+    datapath: Arc<Datapath>,
+    sent: u64,
+    cpus: u64,
+    /// From just before the buckets were filled to after the last CPU
+    /// finished: at least as long as any bucket had to refill.
+    elapsed: Duration,
+}
+
+/// Runs the default IPv4 SYN `REPEATS` times on each of up to 8 CPUs at once.
+fn race(config: &str) -> Raced {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
     assert!(cpus >= 2, "this machine has one CPU: concurrency cannot be exercised");
     let mut datapath = Datapath::load().unwrap();
+    let began = Instant::now();
     datapath.apply(&Config::parse(config).unwrap().compile().unwrap().plan).unwrap();
     let datapath = Arc::new(datapath);
     let frame = Arc::new(TcpFrame::v4_default().syn().build());
@@ -99,13 +133,14 @@ fn race(config: &str) -> (Arc<Datapath>, u64) {
         })
         .collect();
     let last_verdicts: Vec<u32> = workers.into_iter().map(|w| w.join().unwrap()).collect();
+    let elapsed = began.elapsed();
     assert!(last_verdicts.iter().all(|v| *v == XDP_DROP), "{last_verdicts:?}");
-    (datapath, REPEATS as u64 * cpus as u64)
+    Raced { datapath, sent: REPEATS as u64 * cpus as u64, cpus: cpus as u64, elapsed }
 }
 
 #[test]
 fn concurrent_cpus_never_admit_more_than_the_bucket_holds() {
-    let (datapath, sent) = race(CLASS_ALONE);
+    let Raced { datapath, sent, .. } = race(CLASS_ALONE);
     let c = datapath.class_snapshots().unwrap().remove(0).counters;
     assert_eq!(c.seen, sent, "every SYN from every CPU is counted once");
     assert_eq!(c.admitted + c.dropped, sent);
@@ -116,7 +151,7 @@ fn concurrent_cpus_never_admit_more_than_the_bucket_holds() {
 
 #[test]
 fn concurrent_cpus_never_admit_more_than_a_tenant_holds() {
-    let (datapath, sent) = race(TENANT_SCARCE);
+    let Raced { datapath, sent, .. } = race(TENANT_SCARCE);
     let class = datapath.class_snapshots().unwrap().remove(0).counters;
     let tenant = datapath.tenant_snapshots().unwrap().remove(0).counters;
     assert_eq!(tenant.offered(), sent, "every SYN from every CPU is counted once for its tenant");
@@ -128,7 +163,7 @@ fn concurrent_cpus_never_admit_more_than_a_tenant_holds() {
 
 #[test]
 fn a_class_refusal_gives_the_tenant_back_exactly_its_tokens_under_concurrency() {
-    let (datapath, sent) = race(CLASS_SCARCE);
+    let Raced { datapath, sent, .. } = race(CLASS_SCARCE);
     let class = datapath.class_snapshots().unwrap().remove(0);
     let tenant = datapath.tenant_snapshots().unwrap().remove(0);
     let t = tenant.counters;
@@ -143,4 +178,22 @@ fn a_class_refusal_gives_the_tenant_back_exactly_its_tokens_under_concurrency() 
     // class admitted (plus refill far below one token over the test).
     let left = tenant.available_milli;
     assert!((5_000_000..5_000_000 + 100).contains(&left), "tenant holds {left} milli-tokens, want 5000 tokens");
+}
+
+#[test]
+fn buckets_on_the_precise_clock_admit_at_most_burst_plus_refill_and_refund_under_concurrency() {
+    let Raced { datapath, sent, cpus, elapsed } = race(PRECISE_BOTH);
+    let class = datapath.class_snapshots().unwrap().remove(0).counters;
+    let t = datapath.tenant_snapshots().unwrap().remove(0).counters;
+    // admitted <= burst + rate x t, plus one per CPU (each may charge on a
+    // clock reading an instant older than another's compare-and-swap).
+    let bound = 100 + (20_000.0 * elapsed.as_secs_f64()).ceil() as u64 + cpus;
+    assert!(class.admitted <= bound, "class admitted {} over {elapsed:?}, bound {bound}", class.admitted);
+    assert!(class.admitted >= 100, "the class's burst should have been admitted: {class:?}");
+    assert_eq!(t.admitted, class.admitted, "a SYN is admitted only through both buckets");
+    assert_eq!(t.offered(), sent, "{t:?}");
+    // Without the refunds the tenant would run dry after about its burst
+    // plus its refill, a small share of what was sent; with them, only lost
+    // compare-and-swap races judge it empty.
+    assert!(t.over_tenant * 1000 < sent, "{t:?}: the tenant refused more than 0.1%, so refunds went missing");
 }
