@@ -70,6 +70,11 @@ const EXPECTED: &[Sample] = &[
     ("shedder_budget_rate", &[("class", "open")], 10000.0),
     ("shedder_budget_rate", &[("class", "closed")], 0.0),
     ("shedder_completions_total", &[("class", "open"), ("outcome", "on_time")], 3.0),
+    // Served at 0 before their first count, so that the first is an increase
+    // that `increase()` and `rate()` see (dist/prometheus/ alerts on them).
+    ("shedder_completions_total", &[("class", "open"), ("outcome", "late")], 0.0),
+    ("shedder_sanity_guard_total", &[("class", "silent")], 0.0),
+    ("shedder_wasted_admissions_total", &[("class", "closed")], 0.0),
     ("shedder_retries_total", &[("class", "open")], 3.0),
     ("shedder_config_version", &[], 1.0),
     ("shedder_estimator_version", &[], 1.0),

@@ -83,6 +83,12 @@ impl Distributions {
                 Observation::QueueAge { ms, count } => observe_n(&self.queue_age, &class, *ms, *count),
                 Observation::Service { ms, count } => observe_n(&self.service, &class, *ms, *count),
                 Observation::Completion { late_by_ms, count } => {
+                    // Both outcomes are served from a class's first completion on,
+                    // so that its first late job is an increase from 0: a series
+                    // that appears at 1 looks to Prometheus as if it always was 1.
+                    for outcome in ["on_time", "late"] {
+                        self.completions.get_or_create(&OutcomeLabel { class: batch.class.clone(), outcome }).inc_by(0);
+                    }
                     let outcome = if late_by_ms.is_some() { "late" } else { "on_time" };
                     self.completions
                         .get_or_create(&OutcomeLabel { class: batch.class.clone(), outcome })

@@ -72,10 +72,16 @@ fn float_gauge() -> Gauge<f64, AtomicU64> {
     Gauge::default()
 }
 
-/// The capacity model, wasted admissions and the sanity guard.
-fn register_model(registry: &mut Registry, control: &crate::control_loop::ControlLoop) {
+/// The capacity model, wasted admissions and the sanity guard. Their
+/// counters are served for every class in `classes` from 0, so that the
+/// first count is an increase (a series that appears at 1 looks to
+/// Prometheus as if it always was 1).
+fn register_model(registry: &mut Registry, control: &crate::control_loop::ControlLoop, classes: &[String]) {
     let counter_family = |counts: BTreeMap<String, u64>| {
         let family = Family::<ClassLabel, Counter>::default();
+        for class in classes {
+            family.get_or_create(&ClassLabel { class: class.clone() }).inc_by(0);
+        }
         for (class, n) in counts {
             family.get_or_create(&ClassLabel { class }).inc_by(n);
         }
@@ -170,7 +176,8 @@ pub fn render(daemon: &Daemon) -> Result<String, MetricsError> {
     let rate = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
     let tokens = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
     let slack = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
-    for snapshot in control.fastpath().class_snapshots()? {
+    let snapshots = control.fastpath().class_snapshots()?;
+    for snapshot in &snapshots {
         let class = ClassLabel { class: snapshot.name.clone() };
         let c = snapshot.counters;
         seen.get_or_create(&class).inc_by(c.seen);
@@ -200,7 +207,8 @@ pub fn render(daemon: &Daemon) -> Result<String, MetricsError> {
     registry.register("shedder_budget_rate", "Each class's budget: new connections (tokens) per second", rate);
     registry.register("shedder_budget_tokens", "Tokens left in each class's bucket", tokens);
     registry.register("shedder_slack_seconds", "Deadline slack per controlled class at the last tick", slack);
-    register_model(&mut registry, control);
+    let classes: Vec<String> = snapshots.into_iter().map(|s| s.name).collect();
+    register_model(&mut registry, control, &classes);
     register_tenants(&mut registry, control)?;
 
     let passed = Family::<ReasonLabel, Counter>::default();
