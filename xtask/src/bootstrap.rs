@@ -10,6 +10,9 @@
 //!   alternative that shedder is compared with.
 //! * For `cargo xtask deb`: `cargo-deb`, which builds the package, and
 //!   `help2man`, which writes its man page from `shedder --help`.
+//! * `promtool`, which checks and unit-tests the shipped Prometheus alerting
+//!   rules: taken from Debian's `prometheus` package without installing it
+//!   (that would also install and start a Prometheus server).
 
 use std::{
     path::{Path, PathBuf},
@@ -105,6 +108,57 @@ pub fn run(needs: Needs) -> anyhow::Result<()> {
         ensure_tool(tool, needs.root)?;
     }
     Ok(())
+}
+
+/// Where [`ensure_promtool`] leaves the promtool it extracts.
+fn extracted_promtool() -> PathBuf {
+    cmd::target_dir().join("tools").join("promtool")
+}
+
+/// A `promtool` to check the alerting rules with: one on the PATH, else the
+/// one extracted before, else the one in Debian's `prometheus` package,
+/// downloaded (`apt-get download`, no root needed) and unpacked with
+/// `dpkg-deb` into the target directory. The package is not installed: it
+/// would add a Prometheus server, its user and its service.
+pub fn ensure_promtool() -> anyhow::Result<PathBuf> {
+    if let Some(path) = find_tool("promtool") {
+        say(format!("promtool: present ({})", path.display()));
+        return Ok(path);
+    }
+    let promtool = extracted_promtool();
+    if is_executable(&promtool) {
+        say(format!("promtool: present ({})", promtool.display()));
+        return Ok(promtool);
+    }
+    say("promtool is missing; the alerting rules' tests run it. Extracting it from Debian's prometheus package");
+    let Some(apt) = find_on_path("apt-get") else {
+        bail!("promtool is missing and there is no apt-get to fetch it; put promtool on the PATH");
+    };
+    let tools = promtool.parent().context("the promtool path has a parent")?;
+    let unpacked = tools.join("prometheus-deb");
+    let _ = std::fs::remove_dir_all(&unpacked);
+    std::fs::create_dir_all(&unpacked).with_context(|| format!("creating {}", unpacked.display()))?;
+    let download = || cmd::run(Command::new(&apt).current_dir(&unpacked).args(["download", "prometheus"]));
+    if download().is_err() {
+        if !is_root() {
+            bail!(
+                "apt-get download prometheus failed; run `cargo xtask bootstrap` as root to refresh the package lists"
+            );
+        }
+        say("apt-get download failed; refreshing the package lists and retrying");
+        cmd::run(Command::new(&apt).arg("update"))?;
+        download()?;
+    }
+    let deb = std::fs::read_dir(&unpacked)?
+        .filter_map(|entry| entry.ok().map(|e| e.path()))
+        .find(|path| path.extension().is_some_and(|e| e == "deb"))
+        .context("apt-get download prometheus left no .deb")?;
+    cmd::run(Command::new("dpkg-deb").arg("--extract").arg(&deb).arg(unpacked.join("root")))?;
+    std::fs::rename(unpacked.join("root/usr/bin/promtool"), &promtool)
+        .context("the prometheus package holds no usr/bin/promtool")?;
+    std::fs::remove_dir_all(&unpacked)?;
+    say(format!("promtool: extracted to {}", promtool.display()));
+    Ok(promtool)
 }
 
 /// `$CARGO_HOME`, by default `~/.cargo`.

@@ -27,7 +27,8 @@ struct Cli {
 #[derive(Subcommand)]
 enum Task {
     /// Install what building and testing need, if missing: nightly's rust-src,
-    /// bpf-linker (built against nightly's own LLVM), iproute2, nftables.
+    /// bpf-linker (built against nightly's own LLVM), iproute2, nftables,
+    /// redis-server, and promtool (extracted from Debian's prometheus package).
     Bootstrap,
     /// Build the `shedder` daemon in release (its build script compiles and embeds the eBPF object).
     Build {
@@ -88,7 +89,8 @@ enum Task {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.task {
-        Task::Bootstrap => bootstrap::run(bootstrap::Needs::everything("bootstrap")),
+        Task::Bootstrap => bootstrap::run(bootstrap::Needs::everything("bootstrap"))
+            .and_then(|()| bootstrap::ensure_promtool().map(drop)),
         Task::Build { debug } => build::run(debug),
         Task::Deb(args) => deb::run(args),
         Task::Test { args } => test::run(&args),

@@ -42,6 +42,7 @@ impl Tally {
 pub fn run(args: &[String]) -> anyhow::Result<()> {
     let tools = &[bootstrap::IPROUTE2, bootstrap::REDIS_SERVER];
     bootstrap::run(bootstrap::Needs { task: "test", root: true, tools })?;
+    let promtool = bootstrap::ensure_promtool()?;
     // The drill's test runs the `shedder` binary beside its own, which cargo
     // builds only for the daemon's tests: build it first, so a filtered run has it too.
     let release = args.iter().take_while(|a| *a != "--").any(|a| a == "--release");
@@ -54,7 +55,10 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
     // No --workspace: the default members are everything that builds for the
     // host; the eBPF crate is built (and its object tested) through the daemon.
     // --no-fail-fast: one failing binary must not hide the others' results.
-    let status = cmd::run_teed(cmd::cargo().args(["test", "--no-fail-fast"]).args(args), |line| tally.add_line(line))?;
+    let status =
+        cmd::run_teed(cmd::cargo().args(["test", "--no-fail-fast"]).args(args).env("PROMTOOL", promtool), |line| {
+            tally.add_line(line)
+        })?;
 
     println!();
     println!(
