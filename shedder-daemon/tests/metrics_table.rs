@@ -73,6 +73,8 @@ const EXPECTED: &[Sample] = &[
     // Served at 0 before their first count, so that the first is an increase
     // that `increase()` and `rate()` see (dist/prometheus/ alerts on them).
     ("shedder_completions_total", &[("class", "open"), ("outcome", "late")], 0.0),
+    ("shedder_completions_total", &[("class", "closed"), ("outcome", "on_time")], 0.0),
+    ("shedder_retries_total", &[("class", "silent")], 0.0),
     ("shedder_sanity_guard_total", &[("class", "silent")], 0.0),
     ("shedder_wasted_admissions_total", &[("class", "closed")], 0.0),
     ("shedder_retries_total", &[("class", "open")], 3.0),

@@ -71,38 +71,83 @@ struct Rule {
     expr: String,
 }
 
-/// One of shedder's series an expression reads: its name, and each label
-/// with the values it matches (`=` one, `=~` an alternation of literals).
-#[derive(Debug)]
+/// One of shedder's series an expression reads.
+#[derive(Debug, PartialEq)]
 struct Selector {
     name: String,
-    matchers: Vec<(String, Vec<String>)>,
+    /// Per label, the values its `=` or `=~` matcher selects: each must be
+    /// on some sample.
+    values: Vec<(String, Vec<String>)>,
+    /// Labels every sample must carry: those its matchers name, and those
+    /// the rule groups or matches on (`by`, `on`), but the target's own.
+    labels: Vec<String>,
 }
 
-/// The `shedder_*` selectors in a PromQL expression. The rules use only
-/// `name{label="v"}` and `name{label=~"a|b"}`, which is all this reads.
+/// Labels Prometheus adds from the scrape target, not from the exposition.
+const TARGET_LABELS: [&str; 2] = ["instance", "job"];
+
+/// The labels inside every `by (...)` and `on (...)` of an expression, but
+/// the target's own.
+fn grouping_labels(expr: &str) -> Vec<String> {
+    let mut labels = Vec::new();
+    for keyword in ["by", "on"] {
+        for (at, _) in expr.match_indices(keyword) {
+            // A word of its own ("on", not the end of "completions"), then a list.
+            let starts_word = expr[..at].chars().last().is_none_or(|c| c.is_whitespace() || c == ')');
+            let list = expr[at + keyword.len()..].trim_start().strip_prefix('(');
+            let (true, Some(list)) = (starts_word, list) else { continue };
+            let close = list.find(')').expect("a closed label list");
+            labels.extend(list[..close].split(',').map(str::trim).filter(|l| !l.is_empty()).map(str::to_string));
+        }
+    }
+    labels.retain(|l| !TARGET_LABELS.contains(&l.as_str()));
+    labels.sort();
+    labels.dedup();
+    labels
+}
+
+/// Values an `=~` matcher selects. The rules use only alternations of
+/// literals (`a|b`); anything else panics, naming it, rather than pass.
+fn alternatives(regex: &str) -> Vec<String> {
+    let literal = |s: &str| !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "_:.-".contains(c));
+    let values: Vec<String> = regex.split('|').map(str::to_string).collect();
+    assert!(values.iter().all(|v| literal(v)), "{regex}: a regex this test cannot check");
+    values
+}
+
+/// The `shedder_*` selectors in a PromQL expression, each with the labels
+/// the rule groups by. Matchers are `label="v"`, `label=~"a|b"`, `!=` and
+/// `!~` (whose label must then be on every sample); anything else panics.
 fn selectors(expr: &str) -> Vec<Selector> {
+    let grouping = grouping_labels(expr);
     let mut found = Vec::new();
     let mut rest = expr;
     while let Some(at) = rest.find("shedder_") {
         let after = &rest[at..];
         let end = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
-        let name = after[..end].to_string();
-        let mut matchers = Vec::new();
+        let mut selector = Selector { name: after[..end].to_string(), values: Vec::new(), labels: grouping.clone() };
         rest = &after[end..];
         if let Some(body) = rest.strip_prefix('{') {
             let close = body.find('}').expect("a closed label matcher");
             for matcher in body[..close].split(',').map(str::trim).filter(|m| !m.is_empty()) {
-                let (label, value) = matcher
-                    .split_once("=~")
-                    .or_else(|| matcher.split_once('='))
+                let (label, op, value) = ["=~", "!~", "!=", "="]
+                    .iter()
+                    .find_map(|op| matcher.split_once(op).map(|(l, v)| (l.trim(), *op, v.trim())))
                     .unwrap_or_else(|| panic!("{matcher}: not a matcher this test reads"));
-                let values = value.trim().trim_matches('"').split('|').map(str::to_string).collect();
-                matchers.push((label.trim().to_string(), values));
+                let value = value
+                    .strip_prefix('"')
+                    .and_then(|v| v.strip_suffix('"'))
+                    .unwrap_or_else(|| panic!("{matcher}: a value in double quotes is all this test reads"));
+                match op {
+                    "=" => selector.values.push((label.to_string(), vec![value.to_string()])),
+                    "=~" => selector.values.push((label.to_string(), alternatives(value))),
+                    _ => {}
+                }
+                selector.labels.push(label.to_string());
             }
             rest = &body[close + 1..];
         }
-        found.push(Selector { name, matchers });
+        found.push(selector);
     }
     found
 }
@@ -144,14 +189,37 @@ fn call(socket: &Path, request: &str) -> String {
     line
 }
 
-/// Whether the scrape serves `name`: a sample of it, or, for a family with
-/// no member yet, its `# TYPE` line (a counter's without `_total`).
-fn serves(scrape: &str, name: &str) -> bool {
-    let family = name.strip_suffix("_total").unwrap_or(name);
-    scrape.lines().any(|line| {
-        line.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' ']))
-            || line.strip_prefix("# TYPE ").and_then(|t| t.split_whitespace().next()).is_some_and(|t| t == family)
-    })
+/// The scrape's samples of `name` (a counter's name ends in `_total`).
+fn samples<'s>(scrape: &'s str, name: &str) -> Vec<&'s str> {
+    scrape.lines().filter(|line| line.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' ']))).collect()
+}
+
+/// Whether a sample line carries `label`, given as `label=` or `label="value"`.
+fn carries(sample: &str, label_and_value: &str) -> bool {
+    sample.contains(&format!("{{{label_and_value}")) || sample.contains(&format!(",{label_and_value}"))
+}
+
+/// What the scrape lacks of what `selector` reads, for `alert`.
+fn gaps(scrape: &str, alert: &str, selector: &Selector) -> Vec<String> {
+    let name = &selector.name;
+    let samples = samples(scrape, name);
+    if samples.is_empty() {
+        return vec![format!("{alert}: no sample of {name}")];
+    }
+    let mut gaps = Vec::new();
+    for label in &selector.labels {
+        if !samples.iter().all(|s| carries(s, &format!("{label}="))) {
+            gaps.push(format!("{alert}: a sample of {name} without the label {label}"));
+        }
+    }
+    for (label, values) in &selector.values {
+        for value in values {
+            if !samples.iter().any(|s| carries(s, &format!("{label}=\"{value}\""))) {
+                gaps.push(format!("{alert}: no sample of {name}{{{label}=\"{value}\"}}"));
+            }
+        }
+    }
+    gaps
 }
 
 #[test]
@@ -180,24 +248,7 @@ fn every_series_the_rules_read_is_served_by_a_running_daemon() {
         .collect();
     assert!(all.len() >= 10, "the rules read shedder's series: {all:?}");
     let missing = |scrape: &str| -> Vec<String> {
-        let mut missing = Vec::new();
-        for (alert, selector) in &all {
-            if !serves(scrape, &selector.name) {
-                missing.push(format!("{alert}: {} is not served", selector.name));
-            }
-            for (label, values) in &selector.matchers {
-                for value in values {
-                    let sample = scrape.lines().any(|line| {
-                        line.starts_with(&format!("{}{{", selector.name))
-                            && line.contains(&format!("{label}=\"{value}\""))
-                    });
-                    if !sample {
-                        missing.push(format!("{alert}: no sample of {}{{{label}=\"{value}\"}}", selector.name));
-                    }
-                }
-            }
-        }
-        missing
+        all.iter().flat_map(|(alert, selector)| gaps(scrape, alert, selector)).collect()
     };
     // The samples reach /metrics within a tick or two; bounded.
     let began = Instant::now();
@@ -210,4 +261,28 @@ fn every_series_the_rules_read_is_served_by_a_running_daemon() {
         assert!(began.elapsed() < Duration::from_secs(20), "{}\n--- the scrape:\n{scrape}", gaps.join("\n"));
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+#[test]
+fn the_selector_reader_sees_each_matcher_and_the_labels_a_rule_groups_by() {
+    let read = selectors(
+        r#"sum by (instance, job, class) (rate(shedder_syns_total{outcome=~"dropped|rejected"}[15m]))
+           and on (instance, job, class) shedder_packets_uncharged_total{reason!="not_syn"} == 0"#,
+    );
+    let strings = |words: &[&str]| words.iter().map(|w| w.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        read,
+        [
+            Selector {
+                name: "shedder_syns_total".into(),
+                values: vec![("outcome".into(), strings(&["dropped", "rejected"]))],
+                labels: strings(&["class", "outcome"]),
+            },
+            Selector {
+                name: "shedder_packets_uncharged_total".into(),
+                values: vec![],
+                labels: strings(&["class", "reason"]),
+            },
+        ]
+    );
 }

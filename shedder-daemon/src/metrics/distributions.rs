@@ -83,12 +83,6 @@ impl Distributions {
                 Observation::QueueAge { ms, count } => observe_n(&self.queue_age, &class, *ms, *count),
                 Observation::Service { ms, count } => observe_n(&self.service, &class, *ms, *count),
                 Observation::Completion { late_by_ms, count } => {
-                    // Both outcomes are served from a class's first completion on,
-                    // so that its first late job is an increase from 0: a series
-                    // that appears at 1 looks to Prometheus as if it always was 1.
-                    for outcome in ["on_time", "late"] {
-                        self.completions.get_or_create(&OutcomeLabel { class: batch.class.clone(), outcome }).inc_by(0);
-                    }
                     let outcome = if late_by_ms.is_some() { "late" } else { "on_time" };
                     self.completions
                         .get_or_create(&OutcomeLabel { class: batch.class.clone(), outcome })
@@ -106,6 +100,19 @@ impl Distributions {
                 | Observation::PredictedQueueAge { .. }
                 | Observation::GaugesFrozen(_) => {}
             }
+        }
+    }
+
+    /// Serves each class's completions (both outcomes) and retries from 0,
+    /// before any job is reported: a counter whose series appears at its
+    /// first count looks to Prometheus as if it always held it, so that
+    /// count would never show as an increase.
+    pub fn serve_from_zero(&self, classes: &[String]) {
+        for class in classes {
+            for outcome in ["on_time", "late"] {
+                self.completions.get_or_create(&OutcomeLabel { class: class.clone(), outcome }).inc_by(0);
+            }
+            self.retries.get_or_create(&ClassLabel { class: class.clone() }).inc_by(0);
         }
     }
 

@@ -73,9 +73,8 @@ fn float_gauge() -> Gauge<f64, AtomicU64> {
 }
 
 /// The capacity model, wasted admissions and the sanity guard. Their
-/// counters are served for every class in `classes` from 0, so that the
-/// first count is an increase (a series that appears at 1 looks to
-/// Prometheus as if it always was 1).
+/// counters are served for every class in `classes` from 0, as the
+/// completions are ([`distributions::Distributions::serve_from_zero`]).
 fn register_model(registry: &mut Registry, control: &crate::control_loop::ControlLoop, classes: &[String]) {
     let counter_family = |counts: BTreeMap<String, u64>| {
         let family = Family::<ClassLabel, Counter>::default();
@@ -167,7 +166,10 @@ pub enum MetricsError {
 /// The whole exposition, read from the daemon at one moment.
 pub fn render(daemon: &Daemon) -> Result<String, MetricsError> {
     let control = daemon.control();
+    let snapshots = control.fastpath().class_snapshots()?;
+    let classes: Vec<String> = snapshots.iter().map(|s| s.name.clone()).collect();
     let mut registry = Registry::default();
+    control.distributions().serve_from_zero(&classes);
     control.distributions().register(&mut registry);
 
     let outcomes = Family::<OutcomeLabel, Counter>::default();
@@ -176,7 +178,6 @@ pub fn render(daemon: &Daemon) -> Result<String, MetricsError> {
     let rate = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
     let tokens = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
     let slack = Family::<ClassLabel, Gauge<f64, AtomicU64>>::default();
-    let snapshots = control.fastpath().class_snapshots()?;
     for snapshot in &snapshots {
         let class = ClassLabel { class: snapshot.name.clone() };
         let c = snapshot.counters;
@@ -207,7 +208,6 @@ pub fn render(daemon: &Daemon) -> Result<String, MetricsError> {
     registry.register("shedder_budget_rate", "Each class's budget: new connections (tokens) per second", rate);
     registry.register("shedder_budget_tokens", "Tokens left in each class's bucket", tokens);
     registry.register("shedder_slack_seconds", "Deadline slack per controlled class at the last tick", slack);
-    let classes: Vec<String> = snapshots.into_iter().map(|s| s.name).collect();
     register_model(&mut registry, control, &classes);
     register_tenants(&mut registry, control)?;
 
