@@ -1,8 +1,8 @@
 //! The Prometheus alerting rules shipped in `dist/prometheus/`: promtool
 //! accepts them and passes their unit tests, and every series they read is
 //! one a running `shedder run` serves on `/metrics`, with the label values
-//! they match. A metric renamed in the daemon fails here, not silently in an
-//! operator's Prometheus.
+//! they match and the labels they group by. A metric or label renamed in the
+//! daemon fails here, not silently in an operator's Prometheus.
 //!
 //! promtool comes from `$PROMTOOL` (`cargo xtask test` sets it to the one
 //! `cargo xtask bootstrap` extracted) or the PATH.
