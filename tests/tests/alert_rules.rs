@@ -8,14 +8,13 @@
 //! `cargo xtask bootstrap` extracted) or the PATH.
 
 use std::{
-    io::{BufRead as _, BufReader, Write as _},
-    os::unix::net::UnixStream,
     path::{Path, PathBuf},
     process::Command,
     time::{Duration, Instant},
 };
 
 use serde::Deserialize;
+use shedder_daemon::api::ctl;
 use shedder_testbed::{
     daemon::{Daemon, DaemonOptions, daemon_binary},
     fleet_bed::scrape_metrics,
@@ -180,15 +179,6 @@ quota = {{ lab = 200 }}
     )
 }
 
-/// One request line on the daemon's control socket; the answer.
-fn call(socket: &Path, request: &str) -> String {
-    let mut stream = UnixStream::connect(socket).expect("the control socket accepts");
-    stream.write_all(format!("{request}\n").as_bytes()).unwrap();
-    let mut line = String::new();
-    BufReader::new(stream).read_line(&mut line).unwrap();
-    line
-}
-
 /// The scrape's samples of `name` (a counter's name ends in `_total`).
 fn samples<'s>(scrape: &'s str, name: &str) -> Vec<&'s str> {
     scrape.lines().filter(|line| line.strip_prefix(name).is_some_and(|rest| rest.starts_with(['{', ' ']))).collect()
@@ -234,11 +224,12 @@ fn every_series_the_rules_read_is_served_by_a_running_daemon() {
     };
     let daemon = Daemon::start(options, &config()).expect("the daemon starts");
     // One job on time and one late, so that both outcomes are served.
-    let answer = call(
-        &daemon.socket(),
-        r#"{"op": "sample", "samples": [{"class": "default", "queue_age_ms": 5, "service_ms": 40}, {"class": "default", "queue_age_ms": 5, "service_ms": 40, "late_by_ms": 20}]}"#,
-    );
-    assert!(answer.contains("\"ok\":true"), "{answer}");
+    let samples = serde_json::json!({"op": "sample", "samples": [
+        {"class": "default", "queue_age_ms": 5, "service_ms": 40},
+        {"class": "default", "queue_age_ms": 5, "service_ms": 40, "late_by_ms": 20},
+    ]});
+    let answer = ctl::call(&daemon.socket(), &samples).expect("the daemon answers");
+    assert_eq!(answer["ok"], true, "{answer}");
 
     let all: Vec<(String, Selector)> = rules
         .groups
