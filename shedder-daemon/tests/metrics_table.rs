@@ -122,6 +122,10 @@ fn the_scrape_counts_what_the_fast_path_did_and_the_servers_pushed() {
     for (name, labels, want) in EXPECTED {
         assert_eq!(value(&metrics, name, labels), *want, "{name}{labels:?}");
     }
+    // Every class here has a fixed rate: the backend's capacity is unknown.
+    for name in ["shedder_capacity_worker_seconds", "shedder_capacity_effective_worker_seconds"] {
+        assert!(value(&metrics, name, &[]).is_nan(), "{name} without a figure reads NaN");
+    }
     let service = metrics.samples.iter().find(|s| s.metric == "shedder_service_seconds").expect("service histogram");
     match &service.value {
         prometheus_parse::Value::Histogram(buckets) => {

@@ -102,8 +102,13 @@ fn register_model(registry: &mut Registry, control: &crate::control_loop::Contro
     );
     let plan = control.controller().capacity_plan();
     let (capacity, effective) = (float_gauge(), float_gauge());
-    capacity.set(plan.capacity);
-    effective.set(plan.effective);
+    // With no figure (no controlled class, nothing configured or measured
+    // yet) the model floors the capacity at the smallest positive number;
+    // served, that read as 2.2e-308 worker-seconds. Unknown is NaN, as the
+    // GPU gauges are without NVML.
+    let known = plan.capacity > f64::MIN_POSITIVE;
+    capacity.set(if known { plan.capacity } else { f64::NAN });
+    effective.set(if known { plan.effective } else { f64::NAN });
     registry.register("shedder_capacity_worker_seconds", "The backend's capacity, worker-seconds per second", capacity);
     registry.register(
         "shedder_capacity_effective_worker_seconds",
