@@ -57,6 +57,7 @@ pub fn run(package: &Path, upgrade: &Path) -> anyhow::Result<()> {
         "/usr/lib/tmpfiles.d/shedder.conf",
         "/usr/share/doc/shedder/README.md",
         "/usr/share/shedder/prometheus/shedder-alerts.yaml",
+        "/usr/share/shedder/grafana/shedder-dashboard.json",
     ] {
         ensure!(Path::new(path).exists(), "the package did not install {path}");
     }
@@ -69,7 +70,7 @@ pub fn run(package: &Path, upgrade: &Path) -> anyhow::Result<()> {
     cmd::output(Command::new(BINARY).args(["check-config", CONFIG])).context("the installed config is refused")?;
     cmd::output(Command::new("getent").args(["passwd", "shedder"])).context("the user shedder was not created")?;
     say(format!(
-        "installed {first}: binary, unit, sysusers, tmpfiles, man page, docs, alerting rules; {CONFIG} observes and is a conffile"
+        "installed {first}: binary, unit, sysusers, tmpfiles, man page, docs, alerting rules, dashboard; {CONFIG} observes and is a conffile"
     ));
 
     bed.start_daemon()?;

@@ -1,8 +1,10 @@
-//! The Prometheus alerting rules shipped in `dist/prometheus/`: promtool
-//! accepts them and passes their unit tests, and every series they read is
-//! one a running `shedder run` serves on `/metrics`, with the label values
-//! they match and the labels they group by. A metric or label renamed in the
-//! daemon fails here, not silently in an operator's Prometheus.
+//! What dist/ ships for watching shedder: the Prometheus alerting rules
+//! (`dist/prometheus/`) and the Grafana dashboard (`dist/grafana/`). promtool
+//! accepts the rules and passes their unit tests, and accepts every query of
+//! the dashboard; every series either reads is one a running `shedder run`
+//! serves on `/metrics`, with the label values they match and the labels
+//! they group by. A metric or label renamed in the daemon fails here, not
+//! silently in an operator's Prometheus or on an empty panel.
 //!
 //! promtool comes from `$PROMTOOL` (`cargo xtask test` sets it to the one
 //! `cargo xtask bootstrap` extracted) or the PATH.
@@ -25,6 +27,11 @@ const METRICS: &str = "127.0.0.1:9464";
 
 fn rules_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist/prometheus")
+}
+
+fn dashboard() -> serde_json::Value {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../dist/grafana/shedder-dashboard.json");
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).expect("the dashboard is JSON")
 }
 
 fn promtool() -> PathBuf {
@@ -117,6 +124,8 @@ fn alternatives(regex: &str) -> Vec<String> {
 /// The `shedder_*` selectors in a PromQL expression, each with the labels
 /// the rule groups by. Matchers are `label="v"`, `label=~"a|b"`, `!=` and
 /// `!~` (whose label must then be on every sample); anything else panics.
+/// Matchers on the target's labels are left out, and one whose value is a
+/// dashboard variable (`class=~"$class"`) asks only for its label.
 fn selectors(expr: &str) -> Vec<Selector> {
     let grouping = grouping_labels(expr);
     let mut found = Vec::new();
@@ -137,7 +146,13 @@ fn selectors(expr: &str) -> Vec<Selector> {
                     .strip_prefix('"')
                     .and_then(|v| v.strip_suffix('"'))
                     .unwrap_or_else(|| panic!("{matcher}: a value in double quotes is all this test reads"));
+                if TARGET_LABELS.contains(&label) {
+                    continue;
+                }
+                // A dashboard's variable (`class=~"$class"`) selects whatever
+                // values the series has; the label must be there.
                 match op {
+                    _ if value.starts_with('$') => {}
                     "=" => selector.values.push((label.to_string(), vec![value.to_string()])),
                     "=~" => selector.values.push((label.to_string(), alternatives(value))),
                     _ => {}
@@ -151,13 +166,100 @@ fn selectors(expr: &str) -> Vec<Selector> {
     found
 }
 
-/// The embedded default (observe only), a tenant, a fleet whose Redis never
+/// Each query of the dashboard: its panel's title and its PromQL.
+fn dashboard_queries(dashboard: &serde_json::Value) -> Vec<(String, String)> {
+    let panels = dashboard["panels"].as_array().expect("panels");
+    panels
+        .iter()
+        .filter(|p| p["type"] != "row")
+        .flat_map(|p| {
+            let title = p["title"].as_str().expect("a panel has a title").to_string();
+            let targets = p["targets"].as_array().unwrap_or_else(|| panic!("{title}: no targets"));
+            assert!(!targets.is_empty(), "{title}: no query");
+            targets.iter().map(move |t| {
+                let expr = t["expr"].as_str().unwrap_or_else(|| panic!("{title}: a query without expr"));
+                (title.clone(), expr.to_string())
+            })
+        })
+        .collect()
+}
+
+/// A dashboard query as Prometheus receives it from Grafana with every
+/// host and class picked.
+fn as_prometheus_gets_it(expr: &str) -> String {
+    expr.replace("$__rate_interval", "1m").replace("\"$instance\"", "\".*\"").replace("\"$class\"", "\".*\"")
+}
+
+#[test]
+fn the_dashboard_picks_its_source_host_and_class_and_promtool_accepts_every_query() {
+    let dashboard = dashboard();
+    assert!(dashboard["uid"].is_string() && dashboard["title"].is_string(), "a uid and a title to import by");
+    assert!(dashboard["schemaVersion"].as_u64().is_some_and(|v| v >= 36), "a schema Grafana 9 and later read");
+    let variables: Vec<&str> =
+        dashboard["templating"]["list"].as_array().unwrap().iter().map(|v| v["name"].as_str().unwrap()).collect();
+    assert_eq!(variables, ["datasource", "instance", "class"]);
+
+    let panels = dashboard["panels"].as_array().unwrap();
+    let mut ids: Vec<u64> = panels.iter().map(|p| p["id"].as_u64().expect("a panel id")).collect();
+    ids.sort();
+    ids.dedup();
+    assert_eq!(ids.len(), panels.len(), "panel ids are unique");
+    for panel in panels.iter().filter(|p| p["type"] != "row") {
+        let title = panel["title"].as_str().unwrap();
+        assert_eq!(panel["datasource"]["uid"], "${datasource}", "{title}: reads the picked Prometheus");
+        let (x, w) = (panel["gridPos"]["x"].as_u64().unwrap(), panel["gridPos"]["w"].as_u64().unwrap());
+        assert!(x + w <= 24, "{title}: within Grafana's 24 columns");
+        assert!(panel["description"].as_str().is_some_and(|d| !d.is_empty()), "{title}: says what it shows");
+    }
+
+    let queries = dashboard_queries(&dashboard);
+    assert!(queries.len() >= 15, "the dashboard's queries: {queries:?}");
+    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
+    for (i, (title, expr)) in queries.iter().enumerate() {
+        // Every series follows the host picker, or a panel shows every host at once.
+        let unpicked: Vec<&str> = expr
+            .match_indices("shedder_")
+            .map(|(at, _)| &expr[at..])
+            .filter(|from| {
+                let end = from.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(from.len());
+                !from[end..].starts_with("{instance=~\"$instance\"")
+            })
+            .collect();
+        assert!(unpicked.is_empty(), "{title}: a series not limited to the picked hosts in {expr}");
+        let expr = serde_json::to_string(&as_prometheus_gets_it(expr)).unwrap();
+        rules.push_str(&format!("      - record: shedder_dashboard:query_{i}\n        expr: {expr}\n"));
+    }
+    let file = std::env::temp_dir().join(format!("shedder-dashboard-{}.rules.yaml", std::process::id()));
+    std::fs::write(&file, &rules).unwrap();
+    let out = Command::new(promtool()).args(["check", "rules"]).arg(&file).output().expect("promtool runs");
+    std::fs::remove_file(&file).ok();
+    assert!(
+        out.status.success(),
+        "promtool check rules on the dashboard's queries:\n{}{}\n{rules}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// The embedded default (observe only), a controlled class (its slack and
+/// `admit`'s answers are served), a tenant, a fleet whose Redis never
 /// answers (the fleet's families are served, in state `local`) and a scrape
 /// of the daemon's own `/metrics` as if it were vLLM's: it lacks every vLLM
 /// family, so `shedder_scrape_missing` has members.
 fn config() -> String {
     format!(
         r#"{}
+[[class]]
+name = "chat"
+burst = 10
+action = "reject"
+deadline_ms = 2000
+adaptive = {{ min_rate = 1, max_rate = 100 }}
+
+[[rule]]
+class = "chat"
+dst_port = 8000
+
 [[scrape]]
 url = "http://{METRICS}/metrics"
 kind = "vllm"
@@ -189,23 +291,23 @@ fn carries(sample: &str, label_and_value: &str) -> bool {
     sample.contains(&format!("{{{label_and_value}")) || sample.contains(&format!(",{label_and_value}"))
 }
 
-/// What the scrape lacks of what `selector` reads, for `alert`.
-fn gaps(scrape: &str, alert: &str, selector: &Selector) -> Vec<String> {
+/// What the scrape lacks of what `selector` reads, for `reader` (an alert, or a dashboard panel).
+fn gaps(scrape: &str, reader: &str, selector: &Selector) -> Vec<String> {
     let name = &selector.name;
     let samples = samples(scrape, name);
     if samples.is_empty() {
-        return vec![format!("{alert}: no sample of {name}")];
+        return vec![format!("{reader}: no sample of {name}")];
     }
     let mut gaps = Vec::new();
     for label in &selector.labels {
         if !samples.iter().all(|s| carries(s, &format!("{label}="))) {
-            gaps.push(format!("{alert}: a sample of {name} without the label {label}"));
+            gaps.push(format!("{reader}: a sample of {name} without the label {label}"));
         }
     }
     for (label, values) in &selector.values {
         for value in values {
             if !samples.iter().any(|s| carries(s, &format!("{label}=\"{value}\""))) {
-                gaps.push(format!("{alert}: no sample of {name}{{{label}=\"{value}\"}}"));
+                gaps.push(format!("{reader}: no sample of {name}{{{label}=\"{value}\"}}"));
             }
         }
     }
@@ -213,7 +315,7 @@ fn gaps(scrape: &str, alert: &str, selector: &Selector) -> Vec<String> {
 }
 
 #[test]
-fn every_series_the_rules_read_is_served_by_a_running_daemon() {
+fn every_series_the_rules_and_the_dashboard_read_is_served_by_a_running_daemon() {
     let rules: RuleFile =
         serde_yaml_ng::from_str(&std::fs::read_to_string(rules_dir().join("shedder-alerts.yaml")).unwrap()).unwrap();
     let ns = Netns::new("shalert").expect("a namespace (root, iproute2)");
@@ -230,16 +332,24 @@ fn every_series_the_rules_read_is_served_by_a_running_daemon() {
     ]});
     let answer = ctl::call(&daemon.socket(), &samples).expect("the daemon answers");
     assert_eq!(answer["ok"], true, "{answer}");
+    // One job asking to start, so that `admit`'s answers are served.
+    let ask =
+        serde_json::json!({"op": "admit", "class": "chat", "deadline_ms": 2000.0, "now_ms": 0.0, "queue_age_ms": 10.0});
+    let answer = ctl::call(&daemon.socket(), &ask).expect("the daemon answers");
+    assert_eq!(answer["ok"], true, "{answer}");
 
     let all: Vec<(String, Selector)> = rules
         .groups
         .iter()
         .flat_map(|g| &g.rules)
         .flat_map(|rule| selectors(&rule.expr).into_iter().map(|s| (rule.alert.clone(), s)))
+        .chain(dashboard_queries(&dashboard()).into_iter().flat_map(|(title, expr)| {
+            selectors(&expr).into_iter().map(move |s| (format!("dashboard panel {title:?}"), s))
+        }))
         .collect();
-    assert!(all.len() >= 10, "the rules read shedder's series: {all:?}");
+    assert!(all.len() >= 30, "the rules and the dashboard read shedder's series: {all:?}");
     let missing = |scrape: &str| -> Vec<String> {
-        all.iter().flat_map(|(alert, selector)| gaps(scrape, alert, selector)).collect()
+        all.iter().flat_map(|(reader, selector)| gaps(scrape, reader, selector)).collect()
     };
     // The samples reach /metrics within a tick or two; bounded.
     let began = Instant::now();
