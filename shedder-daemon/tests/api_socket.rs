@@ -20,6 +20,55 @@ fn class<'a>(status: &'a Value, name: &str) -> &'a Value {
     status["classes"].as_array().unwrap().iter().find(|c| c["name"] == json!(name)).unwrap()
 }
 
+/// `status` and `shedder ctl status` report the capacity model the
+/// controlled classes share, once a tick has run, and say nothing of it
+/// without one.
+#[test]
+fn status_reports_the_backend_the_controlled_classes_share() {
+    let workers = format!("{CONFIG}\n[backend]\nworkers = 8\n");
+    let uncontrolled = CONFIG.replace("deadline_ms = 2000\n", "");
+    // (what, config, the capacity in the answer, the line `ctl status` prints)
+    let rows: [(&str, &str, Value, Option<&str>); 3] = [
+        (
+            "workers configured",
+            &workers,
+            json!(8.0),
+            Some("backend: capacity 8.00 worker-s/s (configured), busy 0.00, demand 0.00"),
+        ),
+        (
+            "no workers, nothing measured",
+            CONFIG,
+            Value::Null,
+            Some("backend: capacity unknown (nothing configured or measured yet), busy 0.00, demand 0.00"),
+        ),
+        ("no controlled class", &uncontrolled, Value::Null, None),
+    ];
+    for (i, (what, config, capacity, line)) in rows.into_iter().enumerate() {
+        let bed = Bed::start(&format!("be{i}"), config);
+        let mut c = bed.connect();
+        // The plan is the last tick's: wait for a few ticks (bounded).
+        let began = Instant::now();
+        let status = loop {
+            let status = c.ok(json!({"op": "status"}));
+            if status["uptime_s"].as_f64().unwrap() > 0.5 {
+                break status;
+            }
+            assert!(began.elapsed() < Duration::from_secs(10), "{what}: the daemon's clock stands still: {status}");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        match line {
+            Some(_) => assert_eq!(status["backend"]["capacity"], capacity, "{what}: {}", status["backend"]),
+            None => assert_eq!(status["backend"], Value::Null, "{what}"),
+        }
+        let (code, out, err) = bed.ctl(None, &["status"]);
+        assert_eq!(code, 0, "{what}: {err}");
+        match line {
+            Some(line) => assert!(out.lines().any(|l| l == line), "{what}: no {line:?} in\n{out}"),
+            None => assert!(!out.contains("backend:"), "{what}: a backend line without a controlled class:\n{out}"),
+        }
+    }
+}
+
 #[test]
 fn every_op_with_good_and_bad_input_on_one_connection() {
     let bed = Bed::start("ops", CONFIG);

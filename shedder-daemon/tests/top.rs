@@ -103,7 +103,15 @@ fn class_mode(bed: &Bed, class: &str) -> String {
 fn top_shows_every_class_switches_a_mode_on_confirmation_and_rides_out_a_restart() {
     let mut bed = Bed::start("top", CONFIG);
     let pane = Pane::start("admin", &bed, None);
-    let screen = pane.wait_for(&["connected to", "mode observe", "fail-open: no", "GPU: none reporting", "chat"]);
+    // chat has a deadline, so the header has the backend's line too.
+    let screen = pane.wait_for(&[
+        "connected to",
+        "mode observe",
+        "fail-open: no",
+        "GPU: none reporting",
+        "backend: capacity unknown",
+        "chat",
+    ]);
     for class in ["web", "batch", "chat"] {
         // (class, mode, offered/s ...): the config's classes, in observe mode.
         assert_eq!(row(&screen, class)[1], "observe", "{class}:\n{screen}");

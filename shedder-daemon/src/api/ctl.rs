@@ -390,6 +390,9 @@ fn status_table(a: &StatusAnswer) -> String {
         ),
         None => "gpu: no reading yet\n".into(),
     };
+    if let Some(backend) = &s.backend {
+        out += &format!("{}\n", backend.words());
+    }
     out += &format!(
         "{:<14} {:<8} {:<7} {:>9} {:>7} {:>7} {:>9} {:>9} {:>8} {:>8} {:>7} {:>10} {:>8} {:>9} {:>9} {:>9}\n",
         "class",

@@ -538,12 +538,55 @@ pub struct StatusSnapshot {
     pub hook_problem: Option<String>,
     /// What the GPU gate saw at the last tick (the controller's summary).
     pub gpu: Option<Value>,
+    /// The capacity model at the last tick; `None` without a controlled
+    /// class (and from daemons older than the field).
+    #[serde(default)]
+    pub backend: Option<BackendStatus>,
     pub classes: Vec<ClassStatus>,
     pub tenants: Vec<TenantStatus>,
     /// SYNs passed unclassified, by reason.
     pub passed: BTreeMap<String, u64>,
     /// What the maps were last written with.
     pub maps: Option<MapsStatus>,
+}
+
+/// The capacity model in `status`: what the controlled classes share.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct BackendStatus {
+    /// Worker-seconds per second; `None` until there is a figure (nothing
+    /// configured, measured or bounded by the classes' `max_rate`s).
+    pub capacity: Option<f64>,
+    /// Whence the figure: `configured`, `learnt` or `max rates`.
+    pub source: Option<String>,
+    /// What the law leaves for admission after its cuts.
+    pub effective: Option<f64>,
+    /// Workers in use, worker-seconds per second.
+    pub busy: f64,
+    /// Work the controlled classes offer, worker-seconds per second.
+    pub demand: f64,
+    /// Some class's queue stands past its backlog mark.
+    pub backlogged: bool,
+}
+
+impl BackendStatus {
+    /// One line, e.g. `backend: capacity 9.00 worker-s/s (configured),
+    /// 6.30 after the law's cuts, busy 8.90, demand 12.70, backlogged`.
+    pub fn words(&self) -> String {
+        let capacity = match (self.capacity, &self.source) {
+            (Some(c), Some(source)) => format!("capacity {c:.2} worker-s/s ({source})"),
+            (Some(c), None) => format!("capacity {c:.2} worker-s/s"),
+            (None, _) => "capacity unknown (nothing configured or measured yet)".to_string(),
+        };
+        let effective = match (self.effective, self.capacity) {
+            (Some(e), Some(c)) if e < c => format!(", {e:.2} after the law's cuts"),
+            _ => String::new(),
+        };
+        let mut line = format!("backend: {capacity}{effective}, busy {:.2}, demand {:.2}", self.busy, self.demand);
+        if self.backlogged {
+            line.push_str(", backlogged");
+        }
+        line
+    }
 }
 
 /// One class in `status`.
@@ -700,6 +743,35 @@ pub fn finite(v: f64) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_backend_line_says_what_the_controlled_classes_share() {
+        let backend = |capacity: Option<f64>, source: Option<&str>, effective: Option<f64>, backlogged| BackendStatus {
+            capacity,
+            source: source.map(str::to_string),
+            effective,
+            busy: 8.9,
+            demand: 12.7,
+            backlogged,
+        };
+        let rows = [
+            (
+                backend(Some(9.0), Some("configured"), Some(6.3), true),
+                "backend: capacity 9.00 worker-s/s (configured), 6.30 after the law's cuts, busy 8.90, demand 12.70, backlogged",
+            ),
+            (
+                backend(Some(4.2), Some("learnt"), Some(4.2), false),
+                "backend: capacity 4.20 worker-s/s (learnt), busy 8.90, demand 12.70",
+            ),
+            (
+                backend(None, None, None, false),
+                "backend: capacity unknown (nothing configured or measured yet), busy 8.90, demand 12.70",
+            ),
+        ];
+        for (status, line) in rows {
+            assert_eq!(status.words(), line);
+        }
+    }
 
     fn code(line: &str) -> ErrorCode {
         Request::parse(line.as_bytes()).unwrap_err().code

@@ -18,8 +18,8 @@ use std::{
 use shedder_common::{bucket::clock, classify::Mode, maps::Action};
 
 use super::protocol::{
-    ApiError, ClassStatus, ErrorCode, EstimateSources, MapClass, MapTenant, MapsStatus, SamplesStatus, StatusReply,
-    StatusSnapshot, TenantStatus, finite,
+    ApiError, BackendStatus, ClassStatus, ErrorCode, EstimateSources, MapClass, MapTenant, MapsStatus, SamplesStatus,
+    StatusReply, StatusSnapshot, TenantStatus, finite,
 };
 use crate::{config::Plan, daemon::Daemon, fastpath::FastpathError};
 
@@ -144,11 +144,34 @@ pub fn snapshot(daemon: &Daemon) -> Result<StatusSnapshot, ApiError> {
         attached: daemon.hook_problem().is_none(),
         hook_problem: daemon.hook_problem(),
         gpu: control.controller().last_gpu().map(|g| serde_json::to_value(g).expect("the GPU summary serialises")),
+        backend: backend_status(control.controller()),
         classes,
         tenants,
         passed,
         maps: fastpath.placed().as_ref().map(maps_status),
     })
+}
+
+/// The capacity model, while some class is controlled.
+fn backend_status(controller: &crate::control::Controller) -> Option<BackendStatus> {
+    if controller.rates().is_empty() {
+        return None;
+    }
+    let plan = controller.capacity_plan();
+    let known = plan.known_capacity();
+    Some(BackendStatus {
+        capacity: known,
+        source: plan.source.filter(|_| known.is_some()).map(|s| s.as_str().to_string()),
+        effective: known.map(|_| plan.effective),
+        busy: at_least_zero(plan.busy),
+        demand: at_least_zero(plan.demand),
+        backlogged: plan.backlogged,
+    })
+}
+
+/// A sum over no class is −0.0 in Rust, which prints as `-0.00`.
+fn at_least_zero(x: f64) -> f64 {
+    if x > 0.0 { x } else { 0.0 }
 }
 
 fn mode_name(mode: u8) -> &'static str {

@@ -31,6 +31,16 @@ pub struct CapacityPlan {
     pub hold: Hold,
 }
 
+impl CapacityPlan {
+    /// The capacity, when there is a figure. With none (no controlled class,
+    /// nothing configured or measured yet) the model floors it at the
+    /// smallest positive number, so that nothing divides by zero; that is
+    /// not a figure to show anyone.
+    pub fn known_capacity(&self) -> Option<f64> {
+        (self.capacity > f64::MIN_POSITIVE).then_some(self.capacity)
+    }
+}
+
 /// What one tick's measurements say of the backend, before the law acts.
 pub(super) struct Reading {
     /// Worker-seconds per second, and whence.

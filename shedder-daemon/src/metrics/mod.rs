@@ -102,13 +102,10 @@ fn register_model(registry: &mut Registry, control: &crate::control_loop::Contro
     );
     let plan = control.controller().capacity_plan();
     let (capacity, effective) = (float_gauge(), float_gauge());
-    // With no figure (no controlled class, nothing configured or measured
-    // yet) the model floors the capacity at the smallest positive number;
-    // served, that read as 2.2e-308 worker-seconds. Unknown is NaN, as the
-    // GPU gauges are without NVML.
-    let known = plan.capacity > f64::MIN_POSITIVE;
-    capacity.set(if known { plan.capacity } else { f64::NAN });
-    effective.set(if known { plan.effective } else { f64::NAN });
+    // Unknown is NaN, as the GPU gauges are without NVML.
+    let known = plan.known_capacity();
+    capacity.set(known.unwrap_or(f64::NAN));
+    effective.set(known.map_or(f64::NAN, |_| plan.effective));
     registry.register("shedder_capacity_worker_seconds", "The backend's capacity, worker-seconds per second", capacity);
     registry.register(
         "shedder_capacity_effective_worker_seconds",

@@ -50,8 +50,10 @@ pub fn draw(frame: &mut Frame, model: &Model, socket: &str) {
     let tenants = model.status.as_ref().map_or(0, |s| s.snapshot.tenants.len());
     // Borders and the header row take three lines; no tenants, no table.
     let tenant_height = if tenants > 0 { tenants.min(8) as u16 + 3 } else { 0 };
+    // The title, the daemon, the GPU and, with a controlled class, the backend.
+    let backend = model.status.as_ref().is_some_and(|s| s.snapshot.backend.is_some());
     let [header, classes, tenant_area, decisions, footer] = Layout::vertical([
-        Constraint::Length(3),
+        Constraint::Length(if backend { 4 } else { 3 }),
         Constraint::Min(5),
         Constraint::Length(tenant_height),
         Constraint::Length(9),
@@ -97,6 +99,9 @@ fn header_lines(model: &Model, socket: &str) -> Paragraph<'static> {
             fail_open,
         ]));
         lines.push(Line::raw(gpu_words(s.gpu.as_ref().unwrap_or(&Value::Null))));
+        if let Some(backend) = &s.backend {
+            lines.push(Line::raw(backend.words()));
+        }
     }
     Paragraph::new(lines)
 }
