@@ -121,6 +121,11 @@ fn alternatives(regex: &str) -> Vec<String> {
     values
 }
 
+/// The length of the metric name `text` starts with.
+fn name_len(text: &str) -> usize {
+    text.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(text.len())
+}
+
 /// The `shedder_*` selectors in a PromQL expression, each with the labels
 /// the rule groups by. Matchers are `label="v"`, `label=~"a|b"`, `!=` and
 /// `!~` (whose label must then be on every sample); anything else panics.
@@ -132,7 +137,7 @@ fn selectors(expr: &str) -> Vec<Selector> {
     let mut rest = expr;
     while let Some(at) = rest.find("shedder_") {
         let after = &rest[at..];
-        let end = after.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(after.len());
+        let end = name_len(after);
         let mut selector = Selector { name: after[..end].to_string(), values: Vec::new(), labels: grouping.clone() };
         rest = &after[end..];
         if let Some(body) = rest.strip_prefix('{') {
@@ -220,10 +225,7 @@ fn the_dashboard_picks_its_source_host_and_class_and_promtool_accepts_every_quer
         let unpicked: Vec<&str> = expr
             .match_indices("shedder_")
             .map(|(at, _)| &expr[at..])
-            .filter(|from| {
-                let end = from.find(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).unwrap_or(from.len());
-                !from[end..].starts_with("{instance=~\"$instance\"")
-            })
+            .filter(|from| !from[name_len(from)..].starts_with("{instance=~\"$instance\""))
             .collect();
         assert!(unpicked.is_empty(), "{title}: a series not limited to the picked hosts in {expr}");
         let expr = serde_json::to_string(&as_prometheus_gets_it(expr)).unwrap();
