@@ -11,7 +11,7 @@
 //! * For `cargo xtask deb`: `cargo-deb`, which builds the package, and
 //!   `help2man`, which writes its man page from `shedder --help`.
 //! * `promtool`, which checks and unit-tests the shipped Prometheus alerting
-//!   rules: taken from Debian's `prometheus` package without installing it
+//!   rules and checks the Grafana dashboard's queries: taken from Debian's `prometheus` package without installing it
 //!   (that would also install and start a Prometheus server).
 
 use std::{
@@ -115,7 +115,7 @@ fn extracted_promtool() -> PathBuf {
     cmd::target_dir().join("tools").join("promtool")
 }
 
-/// A `promtool` to check the alerting rules with: one on the PATH, else the
+/// A `promtool` to check the alerting rules and the dashboard with: one on the PATH, else the
 /// one extracted before, else the one in Debian's `prometheus` package,
 /// downloaded (`apt-get download`, no root needed) and unpacked with
 /// `dpkg-deb` into the target directory. The package is not installed: it
@@ -130,7 +130,9 @@ pub fn ensure_promtool() -> anyhow::Result<PathBuf> {
         say(format!("promtool: present ({})", promtool.display()));
         return Ok(promtool);
     }
-    say("promtool is missing; the alerting rules' tests run it. Extracting it from Debian's prometheus package");
+    say(
+        "promtool is missing; the tests of the alerting rules and the dashboard run it. Extracting it from Debian's prometheus package",
+    );
     let Some(apt) = find_on_path("apt-get") else {
         bail!("promtool is missing and there is no apt-get to fetch it; put promtool on the PATH");
     };
