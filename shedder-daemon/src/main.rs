@@ -190,3 +190,41 @@ fn resolve_group(name: &str) -> anyhow::Result<u32> {
         None => anyhow::bail!("--socket-group: no group is named {name:?}"),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    #[test]
+    fn the_command_line_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    /// `--help` is read by operators: a doc comment's cross-reference to the
+    /// source (rustdoc's [`Name`] link) means nothing there.
+    #[test]
+    fn help_names_no_source_code() {
+        fn walk(cmd: &clap::Command, path: &str, leaks: &mut Vec<String>) {
+            let path = format!("{path} {}", cmd.get_name());
+            let texts = [cmd.get_about(), cmd.get_long_about()]
+                .into_iter()
+                .flatten()
+                .map(|t| (path.clone(), t.to_string()))
+                .chain(cmd.get_arguments().flat_map(|arg| {
+                    [arg.get_help(), arg.get_long_help()]
+                        .into_iter()
+                        .flatten()
+                        .map(|t| (format!("{path} --{}", arg.get_id()), t.to_string()))
+                }));
+            leaks.extend(texts.filter(|(_, text)| text.contains("[`")).map(|(at, text)| format!("{at}: {text}")));
+            for sub in cmd.get_subcommands() {
+                walk(sub, &path, leaks);
+            }
+        }
+        let mut leaks = Vec::new();
+        walk(&Cli::command(), "", &mut leaks);
+        assert!(leaks.is_empty(), "help text that links to the source:\n{}", leaks.join("\n"));
+    }
+}

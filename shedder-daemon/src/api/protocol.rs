@@ -432,8 +432,10 @@ pub struct Admit {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub can_hold: bool,
-    /// The knobs, as JSON; by default the class's margin and a stale limit
-    /// of [`DEFAULT_MAX_QUEUE_AGE_MS`].
+    /// The knobs, as JSON: `{"max_queue_age_ms": …}`, optionally with
+    /// `safety_ms`, `retry_after_min_ms`, `retry_after_max_ms` and `jitter`;
+    /// by default the class's margin and a stale limit of 60 s (a job queued
+    /// longer is refused `reject_stale`).
     #[arg(long, value_parser = args::json::<AdmitPolicy>)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policy: Option<AdmitPolicy>,
