@@ -214,6 +214,19 @@ fn every_op_with_good_and_bad_input_on_one_connection() {
         json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 1.0, "waiting_behind": -2}),
         "bad_request",
     );
+    // A count no server could hold is refused by name: the capacity model
+    // takes `running` as evidence of the workers there are.
+    for field in ["running", "waiting_behind", "waiting_ahead"] {
+        let mut request =
+            json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 1.0});
+        if field == "waiting_ahead" {
+            request.as_object_mut().unwrap().remove("queue_age_ms");
+        }
+        request[field] = json!(u32::MAX);
+        let refused = c.err(request, "bad_request");
+        let message = refused["error"]["message"].as_str().unwrap();
+        assert!(message.starts_with(&format!("admit.{field}: ")), "{message}");
+    }
     // A server that can hold a job says so; a fresh job is admitted all the same.
     let h = c.ok(json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 1.0, "can_hold": true}));
     assert_eq!(h["verdict"], json!("admit"));

@@ -9,7 +9,7 @@ use rand::SeedableRng as _;
 
 use super::protocol::{
     Admit, AdmitAnswer, Answer, ApiError, Changed, ConfigAnswer, DEFAULT_MAX_QUEUE_AGE_MS, DecisionsAnswer, ErrorCode,
-    PROTOCOL_VERSION, Request, Sampled, SetClass, SetMode, SetTenant, VersionAnswer, finite,
+    MAX_JOBS_IN_SIGHT, PROTOCOL_VERSION, Request, Sampled, SetClass, SetMode, SetTenant, VersionAnswer, finite,
 };
 use super::status::StatusCache;
 use crate::{
@@ -215,6 +215,19 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
     let attempt = request.attempt.unwrap_or(1);
     if attempt == 0 {
         return Err(bad("admit.attempt: 0; the first attempt is 1".into()));
+    }
+    for (name, jobs) in [
+        ("running", request.running),
+        ("waiting_ahead", request.waiting_ahead),
+        ("waiting_behind", request.waiting_behind),
+    ] {
+        if let Some(jobs) = jobs
+            && jobs > MAX_JOBS_IN_SIGHT
+        {
+            return Err(bad(format!(
+                "admit.{name}: {jobs} jobs is more than a server holds (at most {MAX_JOBS_IN_SIGHT})"
+            )));
+        }
     }
     let policy = request.policy.clone().unwrap_or_else(|| AdmitPolicy::with_max_queue_age(DEFAULT_MAX_QUEUE_AGE_MS));
     policy.validate().map_err(bad)?;

@@ -444,6 +444,11 @@ pub struct Admit {
 /// The stale limit `admit` uses when the request names no policy.
 pub const DEFAULT_MAX_QUEUE_AGE_MS: f64 = 60_000.0;
 
+/// The most jobs `admit` believes a server has running or waiting: far more
+/// than any inference server holds, and few enough that a count the
+/// capacity model takes as evidence cannot swamp it.
+pub const MAX_JOBS_IN_SIGHT: u32 = 100_000;
+
 /// The newest `n` decisions (default 20).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Args)]
 #[serde(deny_unknown_fields)]

@@ -39,6 +39,11 @@ pub fn all_busy_chance(workers: f64, load: f64) -> f64 {
     let mut blocking = 1.0;
     for k in 1..=c as u64 {
         blocking = load * blocking / (k as f64 + load * blocking);
+        // Past the load it falls faster than geometrically; once it is
+        // nothing, the workers left cannot all be busy.
+        if blocking == 0.0 {
+            break;
+        }
     }
     (c * blocking / (c - load * (1.0 - blocking))).clamp(0.0, 1.0)
 }
@@ -59,7 +64,8 @@ mod tests {
             (4.0, 0.0, 0.0),
             (4.0, 4.0, 1.0), // at the workers, and past them
             (4.0, 9.0, 1.0),
-            (0.2, 0.1, 0.1), // less than a worker reads as one
+            (0.2, 0.1, 0.1),   // less than a worker reads as one
+            (4.0e9, 7.0, 0.0), // a count no backend has: answered at once
         ];
         for (workers, load, chance) in rows {
             let got = all_busy_chance(workers, load);
