@@ -84,11 +84,13 @@ pub enum CtlOp {
 }
 
 /// What `shedder ctl` sends: a request, or (`raw`) any JSON at all.
-#[derive(Clone, Debug, PartialEq, Serialize)]
+#[derive(Clone, Debug, Serialize)]
 #[serde(untagged)]
 pub enum Line {
     Request(Box<Request>),
-    Raw(Value),
+    /// Checked to be JSON, then sent as typed: a line the daemon would
+    /// refuse (a key given twice) reaches it to be refused.
+    Raw(Box<serde_json::value::RawValue>),
 }
 
 fn parse_timeout(text: &str) -> Result<Duration, String> {
