@@ -118,7 +118,16 @@ fn main() -> anyhow::Result<()> {
         .with_ansi(std::io::stdout().is_terminal())
         .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
         .init();
-    match Cli::parse().command {
+    let cli = Cli::parse();
+    if !matches!(cli.command, Command::Run { .. }) {
+        // A command that prints and exits, piped into `head`, should end
+        // quietly when the reader goes, as other command-line tools do, not
+        // panic on the failed write. The daemon keeps SIGPIPE ignored: a
+        // client that hangs up must never end it.
+        // SAFETY: nothing else runs yet, and the default action needs no handler.
+        unsafe { nix::sys::signal::signal(nix::sys::signal::Signal::SIGPIPE, nix::sys::signal::SigHandler::SigDfl) }?;
+    }
+    match cli.command {
         Command::CheckConfig { config } => {
             let config = load_config(config.as_ref())?;
             let plan = config.compile().context("invalid config")?.plan;

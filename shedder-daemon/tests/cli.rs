@@ -121,3 +121,18 @@ fn xdp_attaches_natively_on_veth_and_detaches_on_sigterm() {
 fn tc_attaches_and_detaches_on_sigint() {
     run_and_stop("tc", nix::sys::signal::Signal::SIGINT, "tc ingress");
 }
+
+#[test]
+fn a_reader_that_hangs_up_ends_check_config_quietly() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shedder"))
+        .args(["check-config", concat!(env!("CARGO_MANIFEST_DIR"), "/../config/gpu-host.toml")])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The reader goes before a line is read, as `| head -0` would.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -163,3 +163,15 @@ fn top_is_read_only_for_a_user_the_daemon_refuses_changes_to() {
     pane.wait_for(&["read-only: this user may not change the configuration"]);
     assert!(!pane.screen().contains("Set class"), "no change is proposed once read-only");
 }
+
+#[test]
+fn without_a_terminal_it_says_so_and_exits() {
+    let out = Command::new(env!("CARGO_BIN_EXE_shedder"))
+        .args(["top", "--socket", "/nonexistent/shedder.sock"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("terminal") && !err.contains("panicked"), "{err}");
+}

@@ -10,6 +10,7 @@ mod model;
 mod render;
 
 use std::{
+    io::IsTerminal as _,
     path::{Path, PathBuf},
     time::{Duration, Instant},
 };
@@ -52,6 +53,10 @@ pub fn run(args: &TopArgs) -> anyhow::Result<()> {
         args.interval.is_finite() && args.interval >= 0.1,
         "--interval: at least 0.1 seconds, got {}",
         args.interval
+    );
+    ensure!(
+        std::io::stdout().is_terminal() && std::io::stdin().is_terminal(),
+        "shedder top draws on a terminal; without one, poll `shedder ctl status` (or `--json status`)"
     );
     let mut terminal = ratatui::init();
     let result = event_loop(&mut terminal, args);
