@@ -214,6 +214,11 @@ fn every_op_with_good_and_bad_input_on_one_connection() {
         json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 1.0, "waiting_behind": -2}),
         "bad_request",
     );
+    let refused = c.err(
+        json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": -1.0}),
+        "bad_request",
+    );
+    assert!(refused["error"]["message"].as_str().unwrap().starts_with("admit.queue_age_ms: "), "{refused}");
     // A count no server could hold is refused by name: the capacity model
     // takes `running` as evidence of the workers there are.
     for field in ["running", "waiting_behind", "waiting_ahead"] {

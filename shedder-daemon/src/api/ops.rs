@@ -212,6 +212,11 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
             return Err(bad(format!("admit.{name}: {v} is not a finite number")));
         }
     }
+    if let Some(age) = request.queue_age_ms
+        && age < 0.0
+    {
+        return Err(bad(format!("admit.queue_age_ms: {age} is negative; a job has waited at least 0 ms")));
+    }
     let attempt = request.attempt.unwrap_or(1);
     if attempt == 0 {
         return Err(bad("admit.attempt: 0; the first attempt is 1".into()));

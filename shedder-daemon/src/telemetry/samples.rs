@@ -7,8 +7,8 @@
 //! batches into it from any thread, and the controller [`drain`]s it once per
 //! tick into [`ClassObservations`], one per class.
 //!
-//! A batch is all or nothing: one bad sample (a negative or non-finite time,
-//! an empty or unknown class) rejects the whole batch with an error naming the
+//! A batch is all or nothing: one bad sample (a negative, non-finite or
+//! day-long time, an empty or unknown class) rejects the whole batch with an error naming the
 //! sample and the field, and leaves the inbox as it was.
 //!
 //! [`push`]: SampleInbox::push
@@ -63,11 +63,18 @@ impl JobSample {
     }
 }
 
+/// The longest time a sample may report, ms: a day. No inference job waits
+/// or runs that long, and one absurd figure would otherwise sway a class's
+/// estimates (and the capacity learnt from them) for a whole window.
+pub const MAX_SAMPLE_MS: f64 = 86_400_000.0;
+
 fn check_ms(value: f64) -> Result<(), String> {
     if !value.is_finite() {
         Err(format!("{value} is not a finite number of milliseconds"))
     } else if value < 0.0 {
         Err(format!("{value} is negative; times are at least 0 ms"))
+    } else if value > MAX_SAMPLE_MS {
+        Err(format!("{value:e} ms is more than a day ({MAX_SAMPLE_MS} ms)"))
     } else {
         Ok(())
     }
@@ -309,11 +316,12 @@ mod tests {
 
     #[test]
     fn one_bad_sample_rejects_the_whole_batch_and_names_the_field() {
-        let cases: [(JobSample, &str, &str); 8] = [
+        let cases: [(JobSample, &str, &str); 9] = [
             (sample("a", -1.0, 1.0, None), "queue_age_ms", "-1 is negative"),
             (sample("a", f64::NAN, 1.0, None), "queue_age_ms", "NaN is not a finite"),
             (sample("a", 1.0, f64::INFINITY, None), "service_ms", "inf is not a finite"),
             (sample("a", 1.0, -0.5, None), "service_ms", "-0.5 is negative"),
+            (sample("a", 1.0, 1e300, None), "service_ms", "1e300 ms is more than a day"),
             (sample("a", 1.0, 1.0, Some(-3.0)), "late_by_ms", "-3 is negative"),
             (sample("a", 1.0, 1.0, Some(f64::NEG_INFINITY)), "late_by_ms", "-inf is not a finite"),
             (sample("", 1.0, 1.0, None), "class", "is empty"),
