@@ -7,6 +7,8 @@ use std::fmt;
 const MILLI: f64 = 1000.0;
 /// Largest rate, burst or cost accepted, in tokens: far beyond any NIC, far below overflow.
 const MAX_TOKENS: f64 = 1e12;
+/// Longest class or tenant name, bytes.
+const MAX_NAME_BYTES: usize = 128;
 
 /// A validation failure, naming the field (`class[2].burst`).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,7 +25,8 @@ impl fmt::Display for ConfigError {
 
 impl std::error::Error for ConfigError {}
 
-/// A name that is not empty and not already one of `names` (of `kind`s).
+/// A name that is not empty, prints on one line, and is not already one of
+/// `names` (of `kind`s).
 pub(crate) fn check_new_name(
     name: &str,
     names: &[String],
@@ -32,6 +35,17 @@ pub(crate) fn check_new_name(
 ) -> Result<(), ConfigError> {
     if name.trim().is_empty() {
         return fail(field("name"), "must not be empty");
+    }
+    // A name is printed in log lines, tables and labels, and typed back in
+    // commands: nothing there may split a line or hide in white space.
+    if name.trim() != name {
+        return fail(field("name"), format!("{name:?} begins or ends with white space"));
+    }
+    if name.chars().any(char::is_control) {
+        return fail(field("name"), format!("{name:?} holds a control character"));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return fail(field("name"), format!("is {} bytes long; at most {MAX_NAME_BYTES}", name.len()));
     }
     match names.iter().position(|n| n == name) {
         Some(j) => fail(field("name"), format!("\"{name}\" is already the name of {kind}[{j}]")),
@@ -43,7 +57,6 @@ pub(crate) fn fail<T>(field: impl Into<String>, message: impl Into<String>) -> R
     Err(ConfigError { field: field.into(), message: message.into() })
 }
 
-/// Converts tokens to milli-tokens, refusing values the fixed point cannot hold.
 /// Tokens (or tokens/s) in the datapath's fixed point, milli-tokens.
 pub fn to_milli(tokens: f64) -> u64 {
     (tokens * MILLI).round() as u64

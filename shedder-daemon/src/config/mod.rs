@@ -674,6 +674,31 @@ pub(crate) mod tests {
         }
     }
 
+    #[test]
+    fn a_name_must_print_on_one_line_as_typed() {
+        let long = "c".repeat(129);
+        let rows: [(&str, Option<&str>); 6] = [
+            ("chat-v2", None),
+            ("meta-llama/Llama-3.1-8B", None),
+            (" chat", Some("begins or ends with white space")),
+            ("chat\n[[class]]", Some("holds a control character")),
+            ("we\u{7}b", Some("holds a control character")),
+            (&long, Some("is 129 bytes long; at most 128")),
+        ];
+        for (name, refused) in rows {
+            let quoted = toml::Value::String(name.to_string());
+            let extra = format!("[[class]]\nname = {quoted}\nrate = 1\nburst = 1\naction = \"drop\"");
+            let got = plan_of(&extra);
+            match refused {
+                None => assert!(got.is_ok(), "{name:?}: {got:?}"),
+                Some(why) => {
+                    let err = got.expect_err(name);
+                    assert!(err.starts_with("class[2].name: ") && err.ends_with(why), "{name:?}: {err}");
+                }
+            }
+        }
+    }
+
     /// `shedder run` without --config must be safe on a production host:
     /// whatever class a SYN lands in, over budget or not, it passes.
     #[test]
