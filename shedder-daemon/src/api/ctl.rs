@@ -383,6 +383,9 @@ fn status_table(a: &StatusAnswer) -> String {
         s.attachment.as_deref().unwrap_or("?"),
         s.iface.as_deref().unwrap_or("?"),
     );
+    if let Some(problem) = &s.hook_problem {
+        out += &format!("NOT ENFORCING: {problem}\n");
+    }
     out += &match s.gpu.as_ref().and_then(Value::as_object) {
         Some(g) => format!(
             "gpu: {} GPUs, util {}%, gate {}\n",
@@ -626,5 +629,21 @@ mod tests {
         let cells: Vec<&str> = row.split_whitespace().collect();
         assert_eq!(cells, ["acme", "200", "2", "262.5", "50", "12.25", "7", "3", "1"]);
         assert!(!status_table(&answer(json!([]))).contains("over_tenant"), "no tenant header without tenants");
+    }
+
+    #[test]
+    fn status_says_when_the_fast_path_is_off_its_interface() {
+        let answer = |problem: Value| -> StatusAnswer {
+            serde_json::from_value(json!({
+                "ok": true, "version": "0.1.0", "mode": "enforce", "config_version": 1, "estimator_version": 0,
+                "uptime_s": 1.0, "iface": "va", "attachment": "xdp", "attached": problem.is_null(),
+                "hook_problem": problem, "gpu": null, "classes": [], "tenants": [], "passed": {}, "maps": null,
+                "samples": {"accepted": 0, "rejected_batches": 0, "pending": 0},
+            }))
+            .unwrap()
+        };
+        let lost = status_table(&answer(json!("interface va is gone")));
+        assert_eq!(lost.lines().nth(1), Some("NOT ENFORCING: interface va is gone"));
+        assert!(!status_table(&answer(Value::Null)).contains("NOT ENFORCING"));
     }
 }

@@ -98,6 +98,12 @@ fn header_lines(model: &Model, socket: &str) -> Paragraph<'static> {
             )),
             fail_open,
         ]));
+        if let Some(problem) = &s.hook_problem {
+            lines.push(Line::styled(
+                format!("NOT ENFORCING: {problem}"),
+                Style::default().fg(Color::Red).add_modifier(Modifier::BOLD),
+            ));
+        }
         lines.push(Line::raw(gpu_words(s.gpu.as_ref().unwrap_or(&Value::Null))));
         if let Some(backend) = &s.backend {
             lines.push(Line::raw(backend.words()));
