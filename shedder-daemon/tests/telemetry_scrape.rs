@@ -17,7 +17,7 @@ use std::{
 use shedder_daemon::telemetry::{
     ClassObservations,
     Observation::{self, GaugesFrozen, KvCacheUsage, PredictedQueueAge, QueueDepth, Running},
-    scrape::{Exporter, ScrapeTarget, Scraper, TargetState, missing_families},
+    scrape::{Exporter, ScrapeTarget, Scraper, TargetState, missing_families, targets_up},
 };
 
 fn fixture(name: &str) -> String {
@@ -569,10 +569,14 @@ fn scraping_a_real_endpoint_over_http() {
 
     // A failed scrape is an error that names the endpoint, and changes
     // nothing: the next one is still relative to the first.
+    let up = || targets_up().into_iter().find(|(target, _)| *target == server.url).map(|(_, up)| up);
+    assert_eq!(up(), Some(true));
     let error = format!("{:#}", scraper.scrape().unwrap_err());
     assert!(error.starts_with(&format!("scraping {}", server.url)), "{error}");
     assert!(error.contains("503"), "{error}");
+    assert_eq!(up(), Some(false), "shedder_scrape_up reads 0 for the target");
     assert_eq!(scraper.scrape().unwrap(), second);
+    assert_eq!(up(), Some(true));
     assert_eq!(scraper.scrape().unwrap(), third);
     // A complete vLLM exposition: nothing reported missing for it.
     assert!(missing_families().iter().all(|(target, _)| *target != server.url));

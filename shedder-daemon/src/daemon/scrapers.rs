@@ -36,8 +36,8 @@ pub(super) fn spawn(targets: &[ScrapeTarget], every: Duration, tx: Sender<Vec<Cl
                             return;
                         }
                     }
-                    Ok(Ok(_)) => {}
-                    Ok(Err(e)) => warn!("scrape failed: {e}"),
+                    // A failure is logged by the scraper, once until it answers.
+                    Ok(_) => {}
                     Err(e) => warn!("scrape task failed: {e}"),
                 }
             }

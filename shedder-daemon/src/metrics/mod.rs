@@ -53,6 +53,11 @@ struct TenantOutcomeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TargetLabel {
+    target: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct MissingLabel {
     target: String,
     family: &'static str,
@@ -230,6 +235,16 @@ pub fn render(daemon: &Daemon) -> Result<String, MetricsError> {
     }
     registry.register("shedder_gpu_utilization_ratio", "Busiest GPU's utilisation, 0..1 (NaN without NVML)", util);
     registry.register("shedder_gpu_memory_used_ratio", "Fullest GPU's memory used, 0..1 (NaN without NVML)", memory);
+
+    let up = Family::<TargetLabel, Gauge>::default();
+    for (target, answered) in crate::telemetry::scrape::targets_up() {
+        up.get_or_create(&TargetLabel { target }).set(i64::from(answered));
+    }
+    registry.register(
+        "shedder_scrape_up",
+        "Whether a scraped server's latest scrape was fetched and parsed (1) or not (0)",
+        up,
+    );
 
     let missing = Family::<MissingLabel, Gauge>::default();
     for (target, family) in crate::telemetry::scrape::missing_families() {

@@ -48,10 +48,14 @@
 //! with `--metrics-config counter_latencies=false`), as is a target that
 //! exposes none of them, and reported by [`missing_families`] for the
 //! `shedder_scrape_missing{target,family}` metric.
+//! A target that does not answer, or answers with what does not parse, is
+//! said once in the log and again when it answers, and reported by
+//! [`targets_up`] for the `shedder_scrape_up{target}` metric.
 
 mod coverage;
 mod delta;
 mod exposition;
+mod health;
 mod histogram;
 mod interval;
 mod sglang;
@@ -77,6 +81,7 @@ pub use coverage::missing_families;
 use delta::{Deltas, SeriesId};
 pub use exposition::ExpositionError;
 use exposition::{Exposition, Family, Reading};
+pub use health::targets_up;
 use histogram::merge_buckets;
 pub(crate) use histogram::weighted_quantile;
 use interval::ClassInterval;
@@ -232,8 +237,21 @@ impl Scraper {
     }
 
     /// One scrape: GET the endpoint, then [`TargetState::ingest`] the body.
-    /// On error (connect, timeout, HTTP status, parse) nothing changes.
+    /// On error (connect, timeout, HTTP status, parse) nothing changes but
+    /// the target's health; a failure is logged when it begins, and the
+    /// recovery when it ends.
     pub fn scrape(&mut self) -> Result<Vec<ClassObservations>, ScrapeError> {
+        let result = self.fetch_and_ingest();
+        let url = &self.state.target().url;
+        match (&result, health::record(url, result.is_ok())) {
+            (Err(error), None | Some(true)) => warn!("scrape failed: {error}; said again when it answers"),
+            (Ok(_), Some(false)) => info!(url, "scrape answers again"),
+            _ => {}
+        }
+        result
+    }
+
+    fn fetch_and_ingest(&mut self) -> Result<Vec<ClassObservations>, ScrapeError> {
         let url = self.state.target().url.clone();
         let body = (|| -> Result<String, ureq::Error> {
             self.agent
