@@ -3,6 +3,7 @@
 //! in a private directory. Stopped, joined and cleaned up on drop.
 
 use std::{
+    net::SocketAddr,
     path::{Path, PathBuf},
     thread::JoinHandle,
 };
@@ -10,6 +11,7 @@ use std::{
 use shedder_daemon::{
     api::server::ControlSocket,
     daemon::{self, Daemon, Services},
+    metrics,
 };
 use tokio::sync::oneshot;
 
@@ -22,6 +24,17 @@ pub struct OwnerThread {
 impl OwnerThread {
     /// Starts the owner loop; returns once the socket accepts connections.
     pub fn start(daemon: Daemon, tag: &str) -> Self {
+        Self::serve(daemon, tag, false).0
+    }
+
+    /// Starts the owner loop as `shedder run` serves it: also `/metrics` on
+    /// a loopback port (returned), and the config's `[[scrape]]` targets.
+    pub fn start_with_metrics_and_scrapes(daemon: Daemon, tag: &str) -> (Self, SocketAddr) {
+        let (owner, metrics) = Self::serve(daemon, tag, true);
+        (owner, metrics.expect("the metrics listener is bound"))
+    }
+
+    fn serve(daemon: Daemon, tag: &str, as_run: bool) -> (Self, Option<SocketAddr>) {
         let dir = std::env::temp_dir().join(format!("shedder-{tag}-{}", std::process::id()));
         let socket = dir.join("control.sock");
         let (ready_tx, ready) = std::sync::mpsc::channel();
@@ -30,16 +43,22 @@ impl OwnerThread {
         let thread = std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
             runtime.block_on(async move {
-                let services = Services::socket_only(ControlSocket::bind(&path, None).unwrap());
-                ready_tx.send(()).unwrap();
+                let mut services = Services::socket_only(ControlSocket::bind(&path, None).unwrap());
+                let mut metrics_addr = None;
+                if as_run {
+                    let listener = metrics::bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+                    metrics_addr = Some(listener.local_addr().unwrap());
+                    services = Services { metrics: Some(listener), scrape: true, ..services };
+                }
+                ready_tx.send(metrics_addr).unwrap();
                 let stopped = async {
                     let _ = stopped.await;
                 };
                 daemon::serve(daemon, services, stopped).await.expect("the owner loop ends cleanly");
             });
         });
-        ready.recv().expect("the owner thread bound its socket");
-        Self { socket, stop: Some(stop), thread: Some(thread) }
+        let metrics = ready.recv().expect("the owner thread bound its socket");
+        (Self { socket, stop: Some(stop), thread: Some(thread) }, metrics)
     }
 
     pub fn socket(&self) -> &Path {

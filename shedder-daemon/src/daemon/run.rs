@@ -13,7 +13,7 @@ use tokio::{
 };
 use tracing::{info, warn};
 
-use super::{Daemon, DaemonHandle, fleet_link::FleetLink, scrapers};
+use super::{Daemon, DaemonHandle, fleet_link::FleetLink, scrapers::Scrapers};
 use crate::{
     api::{
         self,
@@ -28,7 +28,7 @@ use crate::{
     listen, metrics,
     pin::PinDir,
     privilege, report,
-    telemetry::{gpu::open_gpu_source, scrape::ScrapeTarget},
+    telemetry::gpu::open_gpu_source,
 };
 
 /// How often the daemon looks whether its program is still attached.
@@ -64,8 +64,9 @@ pub struct Services {
     pub access: AccessPolicy,
     pub metrics: Option<TcpListener>,
     pub report_every: Duration,
-    /// Scrape targets and how often each is fetched.
-    pub scrapes: (Vec<ScrapeTarget>, Duration),
+    /// Whether the config's `[[scrape]]` targets are fetched (following
+    /// reloads); the test beds' daemons fetch none.
+    pub scrape: bool,
     /// With `[fleet]`: the tenants' shares come from the fleet.
     pub fleet: Option<FleetSettings>,
     /// A signal asking to re-read the config file (SIGHUP).
@@ -80,7 +81,7 @@ impl Services {
             access: AccessPolicy::default(),
             metrics: None,
             report_every: Duration::from_secs(3600),
-            scrapes: (Vec::new(), Duration::from_secs(1)),
+            scrape: false,
             fleet: None,
             reload: None,
         }
@@ -136,7 +137,7 @@ pub async fn run(options: RunOptions, shutdown: impl Future<Output = ()>) -> any
         access: control.access,
         metrics: Some(metrics_listener),
         report_every,
-        scrapes: (compiled.control.scrapes.clone(), Duration::from_millis(compiled.control.scrape_interval_ms)),
+        scrape: true,
         fleet: compiled.fleet.take(),
         reload: Some(reload),
     };
@@ -166,10 +167,9 @@ pub async fn serve(
     services: Services,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<Ending> {
-    let Services { mut socket, access, metrics, report_every, scrapes, fleet, mut reload } = services;
-    let tick_every = Duration::from_millis(daemon.control().controller().params().tick_ms);
+    let Services { mut socket, access, metrics, report_every, scrape, fleet, mut reload } = services;
     let (scraped_tx, mut scraped) = tokio::sync::mpsc::channel(16);
-    scrapers::spawn(&scrapes.0, scrapes.1, scraped_tx);
+    let mut scrapers = Scrapers::new(scraped_tx);
     // Other tasks (the control socket, metrics, the fleet) reach the daemon through this.
     let (handle, mut jobs) = DaemonHandle::channel(256);
     if let Some(settings) = fleet {
@@ -181,11 +181,23 @@ pub async fn serve(
     }
     let mut report = tokio::time::interval(report_every);
     let mut watch = tokio::time::interval(HOOK_CHECK_EVERY);
-    let mut tick = tokio::time::interval(tick_every);
-    tick.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    let mut tick = ticks(daemon.control().controller().params().tick_ms);
+    let mut following = None;
     report.tick().await;
     tokio::pin!(shutdown);
     let ending = loop {
+        // At the start, and after a reload: the tick and the scrapes follow the config.
+        if following != Some(daemon.config_version()) {
+            following = Some(daemon.config_version());
+            let tick_ms = daemon.control().controller().params().tick_ms;
+            if tick.period() != Duration::from_millis(tick_ms) {
+                tick = ticks(tick_ms);
+            }
+            if scrape {
+                let config = daemon.config();
+                scrapers.follow(&config.scrapes, Duration::from_millis(config.scrape_interval_ms));
+            }
+        }
         tokio::select! {
             _ = &mut shutdown => break Ending::Stopped,
             _ = next_signal(&mut reload) => match daemon.reload() {
@@ -213,11 +225,20 @@ pub async fn serve(
     };
     // No more requests; the socket file goes with `socket`.
     server.abort();
+    drop(scrapers);
     drop(socket);
     // The last word on what the fast path did, before it goes away.
     log_counters(daemon.control().fastpath());
     drop(daemon);
     Ok(ending)
+}
+
+/// The controller's ticks, `tick_ms` apart; one that falls behind is delayed,
+/// not made up in a burst.
+fn ticks(tick_ms: u64) -> tokio::time::Interval {
+    let mut ticks = tokio::time::interval(Duration::from_millis(tick_ms));
+    ticks.set_missed_tick_behavior(MissedTickBehavior::Delay);
+    ticks
 }
 
 /// The next delivery of `signal`; never, without one.

@@ -29,13 +29,21 @@ use shedder_testbed::packets::{CLIENT_V4, SERVER_V4, TcpFrame};
 /// `config` compiled onto a fresh in-memory fast path, heartbeat written:
 /// the daemon, and the fast path's other end.
 pub fn daemon(config: &str) -> (Daemon, MemoryFastpath) {
-    let config = Config::parse(config).expect("the test config parses");
+    daemon_of(Config::parse(config).expect("the test config parses"), None)
+}
+
+/// The daemon of the config file at `path`, which `reload` reads again.
+pub fn daemon_reading(path: &Path) -> (Daemon, MemoryFastpath) {
+    daemon_of(Config::from_file(path).expect("the test config parses"), Some(path.to_path_buf()))
+}
+
+fn daemon_of(config: Config, path: Option<std::path::PathBuf>) -> (Daemon, MemoryFastpath) {
     let compiled = config.compile().unwrap_or_else(|e| panic!("the test config compiles: {e}"));
     let mut fastpath = MemoryFastpath::new();
     fastpath.write_heartbeat(monotonic_ns()).unwrap();
     fastpath.apply(&compiled.plan).unwrap();
     let gpu = Box::new(NoGpu { reason: "in memory".into() });
-    (Daemon::new(config, None, compiled, Box::new(fastpath.clone()), gpu), fastpath)
+    (Daemon::new(config, path, compiled, Box::new(fastpath.clone()), gpu), fastpath)
 }
 
 /// The daemon served on a socket, and the fast path's other end.

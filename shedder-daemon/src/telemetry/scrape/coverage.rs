@@ -69,6 +69,12 @@ pub(super) fn publish(url: &str, missing: &BTreeSet<&'static str>) {
     }
 }
 
+/// Forgets every target but `urls`.
+pub(super) fn retain(urls: &[&str]) {
+    let mut all = MISSING.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    all.retain(|url, _| urls.contains(&url.as_str()));
+}
+
 /// `(target URL, family)` for every family a scraped target lacks: what the
 /// `shedder_scrape_missing` metric reports.
 pub fn missing_families() -> Vec<(String, &'static str)> {

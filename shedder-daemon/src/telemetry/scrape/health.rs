@@ -14,6 +14,12 @@ pub(super) fn record(url: &str, up: bool) -> Option<bool> {
     all.insert(url.to_owned(), up)
 }
 
+/// Forgets every target but `urls`.
+pub(super) fn retain(urls: &[&str]) {
+    let mut all = UP.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    all.retain(|url, _| urls.contains(&url.as_str()));
+}
+
 /// `(target URL, up)` for every target scraped at least once: what the
 /// `shedder_scrape_up` metric reports.
 pub fn targets_up() -> Vec<(String, bool)> {
@@ -35,5 +41,7 @@ mod tests {
         assert_eq!(record(url, false), Some(false));
         assert_eq!(record(url, true), Some(false));
         assert_eq!(listed(), Some(true));
+        retain(&["http://another.invalid/metrics"]);
+        assert_eq!(listed(), None, "a target no longer scraped is forgotten");
     }
 }

@@ -215,6 +215,14 @@ pub struct Scraper {
 /// Largest body read from an exporter. vLLM's is some 100 KiB.
 const MAX_BODY_BYTES: u64 = 32 << 20;
 
+/// Forgets what scrapes said of every target but `targets` (after a reload
+/// removed the others), so that their metrics go too.
+pub fn forget_all_but(targets: &[ScrapeTarget]) {
+    let kept: Vec<&str> = targets.iter().map(|t| t.url.as_str()).collect();
+    coverage::retain(&kept);
+    health::retain(&kept);
+}
+
 impl Scraper {
     /// A scraper whose every request (connect, send, read) ends within
     /// `timeout`. Fails on an invalid target.
