@@ -349,9 +349,9 @@ fn an_unprivileged_client_may_read_and_feed_but_not_change_the_config() {
     let (code, _, _) = bed.ctl(None, &["raw", r#"{"op": "nope"}"#]);
     assert_eq!(code, 2);
     // `raw` sends the line as typed: the daemon sees the key given twice.
-    let (code, _, err) = bed.ctl(None, &["raw", r#"{"op": "version", "op": "status"}"#]);
-    assert_eq!(code, 2, "{err}");
-    assert!(err.contains("given twice"), "{err}");
+    let (code, out, err) = bed.ctl(None, &["raw", r#"{"op": "version", "op": "status"}"#]);
+    assert_eq!(code, 2, "{out}{err}");
+    assert!(out.contains("given twice"), "{out}{err}");
     let (code, out, _) = bed.ctl(None, &["get-config"]);
     assert_eq!(code, 0);
     assert!(out.contains("[[class]]") && out.contains("name = \"web\""), "{out}");
