@@ -600,7 +600,11 @@ impl BackendStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct ClassStatus {
     pub name: String,
+    /// The mode the class runs in: its own, or the global one.
     pub mode: ModeName,
+    /// The class has no mode of its own and follows the global one.
+    #[serde(default)]
+    pub inherits_mode: bool,
     pub action: Option<ActionName>,
     /// The bucket as the datapath holds it.
     pub rate: f64,

@@ -92,6 +92,7 @@ pub fn snapshot(daemon: &Daemon) -> Result<StatusSnapshot, ApiError> {
             let estimate = control.estimators().estimate(&s.name, now);
             ClassStatus {
                 mode: spec.and_then(|c| c.mode).unwrap_or(config.mode),
+                inherits_mode: spec.is_none_or(|c| c.mode.is_none()),
                 action: spec.map(|c| c.action),
                 rate: milli(s.bucket.rate_milli),
                 burst: milli(s.bucket.burst_milli),

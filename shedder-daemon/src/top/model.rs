@@ -11,6 +11,7 @@ use std::{
 use serde_json::Value;
 
 use crate::api::protocol::{Changed, ClassStatus, ErrorCode, ModeOrInherit, StatusAnswer, TenantStatus, decode};
+use crate::config::ModeName;
 
 /// How far back the slack sparkline reaches.
 pub const SLACK_HISTORY: Duration = Duration::from_secs(60);
@@ -100,9 +101,24 @@ pub enum Link {
     Unreachable(String),
 }
 
-/// The modes a class can be switched to, in the order `m` cycles them.
-pub const CLASS_MODES: [ModeOrInherit; 4] =
-    [ModeOrInherit::Off, ModeOrInherit::Observe, ModeOrInherit::Enforce, ModeOrInherit::Inherit];
+/// The mode `m` proposes for a class set to `own` while the global mode is
+/// `global`: the explicit modes in turn (off, observe, enforce, off…),
+/// starting after the one the class runs in, and `inherit` once they have
+/// come round to the global mode. Each press changes what the class is set
+/// to, and every setting is reached: under a global `observe`, inherit →
+/// enforce → off → observe → inherit.
+fn next_mode(own: ModeOrInherit, global: ModeName) -> ModeOrInherit {
+    let after = |mode: ModeName| match mode {
+        ModeName::Off => ModeOrInherit::Observe,
+        ModeName::Observe => ModeOrInherit::Enforce,
+        ModeName::Enforce => ModeOrInherit::Off,
+    };
+    match own.mode() {
+        None => after(global),
+        Some(mode) if mode == global => ModeOrInherit::Inherit,
+        Some(mode) => after(mode),
+    }
+}
 
 /// A mode change shown for confirmation before it is sent.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -233,8 +249,8 @@ impl Model {
         }
         let Some(status) = &self.status else { return };
         let Some(class) = status.snapshot.classes.get(self.selected) else { return };
-        let at = CLASS_MODES.iter().position(|m| m.mode() == Some(class.mode)).unwrap_or(CLASS_MODES.len() - 1);
-        let mode = CLASS_MODES[(at + 1) % CLASS_MODES.len()];
+        let own = if class.inherits_mode { ModeOrInherit::Inherit } else { class.mode.into() };
+        let mode = next_mode(own, status.snapshot.mode);
         self.pending = Some(PendingChange { class: class.name.clone(), mode });
     }
 
@@ -353,15 +369,34 @@ mod tests {
     fn mode_key_cycles_through_the_class_modes() {
         let mut model = Model::default();
         model.update_status(status(0, 0, 0, 0, 0.0, 0), Instant::now());
-        // (mode the daemon reports, mode proposed next)
-        for (current, next) in [
-            (ModeName::Off, ModeOrInherit::Observe),
-            (ModeName::Observe, ModeOrInherit::Enforce),
-            (ModeName::Enforce, ModeOrInherit::Inherit),
+        // Under the fixture's global observe: (mode the daemon reports,
+        // whether it is the global one, mode proposed next).
+        for (current, inherits, next) in [
+            (ModeName::Observe, true, ModeOrInherit::Enforce),
+            (ModeName::Enforce, false, ModeOrInherit::Off),
+            (ModeName::Off, false, ModeOrInherit::Observe),
+            (ModeName::Observe, false, ModeOrInherit::Inherit),
         ] {
-            model.status.as_mut().unwrap().snapshot.classes[0].mode = current;
+            let class = &mut model.status.as_mut().unwrap().snapshot.classes[0];
+            (class.mode, class.inherits_mode) = (current, inherits);
             model.propose_next_mode();
             assert_eq!(model.pending, Some(PendingChange { class: "web".into(), mode: next }));
+        }
+    }
+
+    #[test]
+    fn the_mode_key_reaches_every_setting_under_any_global_mode() {
+        for global in [ModeName::Off, ModeName::Observe, ModeName::Enforce] {
+            let mut own = ModeOrInherit::Inherit;
+            let mut seen = Vec::new();
+            for _ in 0..4 {
+                own = next_mode(own, global);
+                seen.push(own);
+            }
+            assert_eq!(own, ModeOrInherit::Inherit, "under {global:?}, round in four presses: {seen:?}");
+            for setting in [ModeOrInherit::Off, ModeOrInherit::Observe, ModeOrInherit::Enforce] {
+                assert!(seen.contains(&setting), "under {global:?}, {setting:?} is never proposed: {seen:?}");
+            }
         }
     }
 
