@@ -88,7 +88,9 @@ pub(super) fn adaptive(tick: &TickFacts, class: &ClassFacts, probe: &mut f64, ma
         // Overload back, or a queue standing with every worker taken.
         _ if !allotted || effective < capacity => 0.0,
         Backend::Full if backlogged => 0.0,
-        Backend::Starved if refusing => probe.max(class.published) * PROBE_STEP,
+        // Never past the most the class may admit: a probe left to grow
+        // for minutes reached infinity in the decisions' words.
+        Backend::Starved if refusing => (probe.max(class.published) * PROBE_STEP).min(max_rate),
         _ => *probe,
     };
     // The jobs/s the allotment finishes.
