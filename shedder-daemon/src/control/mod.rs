@@ -513,8 +513,9 @@ impl Controller {
         let kv = input.estimates.values().filter_map(|e| e.kv_cache_usage.map(|g| g.value)).reduce(f64::max);
         let interactive: Vec<(&String, &ClassPolicy)> =
             self.policies.iter().filter(|(_, p)| !p.opportunistic).collect();
-        let gate_capacity: f64 = interactive.iter().map(|(_, p)| p.capacity()).sum();
-        let load: Option<f64> = interactive.iter().map(|(name, _)| input.admitted.get(*name).copied()).sum();
+        // Folded from +0.0: `sum` over no class gives −0.0, which status printed.
+        let gate_capacity = interactive.iter().fold(0.0, |sum, (_, p)| sum + p.capacity());
+        let load = interactive.iter().try_fold(0.0, |sum, (name, _)| Some(sum + input.admitted.get(*name)?));
         self.gate.update(&p.gate, input.gpu, kv, load, gate_capacity, now_ms)
     }
 
