@@ -256,6 +256,20 @@ impl ClassPrior {
                 )));
             }
         }
+        // Each distribution's quantiles, in the order they must rise: the p95
+        // counts when left out, as 0 (for the service, no prior at all).
+        for group in [&fields[..4], &fields[4..]] {
+            let mut given: Vec<(&str, f64)> = group.iter().filter_map(|(name, v)| v.map(|v| (*name, v))).collect();
+            given.sort_by_key(|(name, _)| ["p50", "p90", "p95", "p99"].iter().position(|p| name.contains(p)));
+            if let Some(pair) = given.windows(2).find(|pair| pair[0].1 > pair[1].1) {
+                let ((low, low_ms), (high, high_ms)) = (pair[0], pair[1]);
+                return Err(InvalidParams(format!(
+                    "class {class:?} prior.{low}: {low_ms} is above {high} ({high_ms}); a higher percentile is never \
+                     shorter{}",
+                    if high_ms == 0.0 && high.ends_with("p95_ms") { " (left out, the p95 is 0)" } else { "" }
+                )));
+            }
+        }
         Ok(())
     }
 }

@@ -134,7 +134,8 @@ fn main() -> anyhow::Result<()> {
             // The config as the daemon will run it, defaults filled in, in
             // the file's own words.
             let rules = plan.src_v4.len() + plan.src_v6.len() + plan.dst_ports.len() + plan.dscp.len();
-            println!("# valid: {} classes, {rules} rules", plan.classes.len());
+            let count = |n: usize, one: &str, many: &str| format!("{n} {}", if n == 1 { one } else { many });
+            println!("# valid: {}, {}", count(plan.classes.len(), "class", "classes"), count(rules, "rule", "rules"));
             print!("{}", toml::to_string_pretty(&config).context("printing the config")?);
             Ok(())
         }

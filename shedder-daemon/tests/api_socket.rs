@@ -245,6 +245,12 @@ fn every_op_with_good_and_bad_input_on_one_connection() {
         json!({"op": "admit", "class": "nope", "deadline_ms": 1.0, "now_ms": 0.0, "queue_age_ms": 1.0}),
         "bad_request",
     );
+    // A class with no deadline is not one admit judges: a mistake, not a wait.
+    let refused = c.err(
+        json!({"op": "admit", "class": "web", "deadline_ms": 1.0, "now_ms": 0.0, "queue_age_ms": 1.0}),
+        "bad_request",
+    );
+    assert!(refused["error"]["message"].as_str().unwrap().contains("has no deadline_ms"), "{refused}");
     c.err(
         json!({"op": "admit", "class": "chat", "deadline_ms": "soon", "now_ms": 0.0, "queue_age_ms": 1.0}),
         "bad_request",

@@ -187,8 +187,14 @@ pub fn set_tenant(config: &Config, patch: &SetTenant) -> Result<Config, ApiError
 
 fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
     let bad = |m: String| ApiError::new(ErrorCode::BadRequest, m);
-    if !daemon.config().classes.iter().any(|c| c.name == request.class) {
-        return Err(bad(format!("admit: no class is named {:?}", request.class)));
+    let Some(class) = daemon.config().classes.iter().find(|c| c.name == request.class) else {
+        return Err(bad(format!("admit.class: no class is named {:?}", request.class)));
+    };
+    if class.deadline_ms.is_none() {
+        return Err(bad(format!(
+            "admit.class: {:?} has no deadline_ms; admit judges only classes under deadline control",
+            class.name
+        )));
     }
     let queue_age = match (request.queue_age_ms, request.queued_at_ms, request.waiting_ahead) {
         (Some(age), None, _) => QueueAge::AgeMs(age),
@@ -240,7 +246,7 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
     let Some(view) = control.controller().view(&request.class) else {
         return Err(ApiError::new(
             ErrorCode::Unavailable,
-            format!("class {:?} has no deadline_ms, or the controller has not ticked yet", request.class),
+            format!("class {:?}: the controller has not ticked since it was configured; ask again", request.class),
         ));
     };
     let admit_request = AdmitRequest {

@@ -70,7 +70,7 @@ pub(crate) fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, Co
         return fail(field, format!("{value} is negative"));
     }
     if value > MAX_TOKENS {
-        return fail(field, format!("{value} is over the most accepted, {MAX_TOKENS:e}"));
+        return fail(field, format!("{value:e} is over the most accepted, {MAX_TOKENS:e}"));
     }
     let scaled = to_milli(value);
     if scaled == 0 && !(allow_zero && value == 0.0) {

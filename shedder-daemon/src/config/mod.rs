@@ -446,7 +446,7 @@ impl Config {
         let params = ControlParams { workers: self.backend.workers.map(f64::from), ..self.control.clone() };
         let controller = Controller::new(params, policies).map_err(|e| self.nested("control", &e.to_string()))?;
         for (i, target) in self.scrapes.iter().enumerate() {
-            target.validate().map_err(|e| ConfigError { field: format!("scrape[{i}]"), message: e.to_string() })?;
+            target.validate().map_err(|e| self.nested(&format!("scrape[{i}]"), &e.to_string()))?;
             for (model, class) in &target.models {
                 if !self.classes.iter().any(|c| c.name == *class) {
                     return fail(format!("scrape[{i}].models.{model}"), format!("no class is named \"{class}\""));
@@ -520,7 +520,9 @@ fn initial_rate(class: &ClassSpec, field: &dyn Fn(&str) -> String) -> Result<f64
 }
 
 fn class_config(class: &ClassSpec, field: &dyn Fn(&str) -> String) -> Result<ClassConfig, ConfigError> {
-    let rate = milli(initial_rate(class, field)?, &field("rate"), true)?;
+    // An adaptive class starts at its max_rate: an error there names it.
+    let rate_field = if class.adaptive.is_some() { "adaptive.max_rate" } else { "rate" };
+    let rate = milli(initial_rate(class, field)?, &field(rate_field), true)?;
     let burst = milli(class.burst, &field("burst"), false)?;
     let cost = milli(class.cost, &field("cost"), false)?;
     if burst < cost {
@@ -653,12 +655,32 @@ pub(crate) mod tests {
                 "class[2].rate",
             ),
             (
+                "[[class]]\nname = \"x\"\nburst = 1\naction = \"drop\"\ndeadline_ms = 100\nadaptive = { min_rate = 10, max_rate = 5 }",
+                "class[2].adaptive",
+            ),
+            (
+                "[[class]]\nname = \"x\"\nburst = 1\naction = \"drop\"\ndeadline_ms = 100\nadaptive = { max_rate = 1e300 }",
+                "class[2].adaptive.max_rate",
+            ),
+            (
                 "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\ndeadline_ms = -5",
                 "class[2].deadline_ms",
             ),
             (
                 "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\nprior = { service_p95_ms = -1 }",
                 "class[2].prior.service_p95_ms",
+            ),
+            (
+                "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\nprior = { service_p50_ms = 900, service_p95_ms = 100 }",
+                "class[2].prior.service_p50_ms",
+            ),
+            (
+                "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\nprior = { service_p50_ms = 800 }",
+                "class[2].prior.service_p50_ms",
+            ),
+            (
+                "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\nprior = { queue_age_p95_ms = 50, queue_age_p99_ms = 20 }",
+                "class[2].prior.queue_age_p95_ms",
             ),
             ("[control]\ncut_floor = 2", "control.cut_floor/cut_ceiling"),
             ("[control]\ntick_ms = 0", "control.tick_ms"),

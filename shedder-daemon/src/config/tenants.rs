@@ -70,7 +70,11 @@ pub fn add_tenants(plan: &mut Plan, tenants: &[TenantSpec]) -> Result<(), Config
             };
             if let Some(owner) = previous {
                 let owner = &plan.tenant_names[owner as usize - 1];
-                return fail(field("cidrs"), format!("{net} is already a network of tenant \"{owner}\""));
+                // Named both ways: a change to either tenant may be the cause.
+                return fail(
+                    field("cidrs"),
+                    format!("{net} is a network of both tenant \"{owner}\" and tenant \"{}\"", tenant.name),
+                );
             }
         }
         if plan.tenant_v4.len().max(plan.tenant_v6.len()) > MAX_CIDR_RULES as usize {

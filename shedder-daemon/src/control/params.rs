@@ -315,13 +315,13 @@ impl ClassPolicy {
                     && max_rate > 0.0)
                 {
                     return err(format!(
-                        "budget: need 0 <= min_rate ({min_rate}) <= max_rate ({max_rate}) and max_rate > 0"
+                        "adaptive: need 0 <= min_rate ({min_rate}) <= max_rate ({max_rate}) and max_rate > 0"
                     ));
                 }
             }
             Budget::Static { rate } => {
                 if !(rate.is_finite() && rate >= 0.0) {
-                    return err(format!("budget.rate: {rate} is not a finite, non-negative rate"));
+                    return err(format!("rate: {rate} is not a finite, non-negative rate"));
                 }
             }
         }

@@ -408,7 +408,7 @@ fn policies_deserialize_strictly() {
 fn invalid_configuration_names_the_field_and_changes_nothing() {
     let bad =
         |policy: ClassPolicy| Controller::new(ControlParams::default(), BTreeMap::from([("x".to_string(), policy)]));
-    assert!(bad(adaptive(5.0, 4.0, false)).err().unwrap().0.contains("class \"x\" budget"));
+    assert!(bad(adaptive(5.0, 4.0, false)).err().unwrap().0.contains("class \"x\" adaptive"));
     assert!(
         bad(ClassPolicy { deadline_ms: 0.0, ..adaptive(1.0, 4.0, false) }).err().unwrap().0.contains("deadline_ms")
     );

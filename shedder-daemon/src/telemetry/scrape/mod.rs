@@ -183,11 +183,11 @@ impl ScrapeTarget {
 /// Why a target is refused or a scrape failed. A failed scrape changes nothing.
 #[derive(Debug, thiserror::Error)]
 pub enum ScrapeError {
-    #[error("url {0:?}: must start with http:// (shedder scrapes plain HTTP, no TLS)")]
+    #[error("url: {0:?} must start with http:// (shedder scrapes plain HTTP, no TLS)")]
     NotHttp(String),
-    #[error("url {0:?}: has no host")]
+    #[error("url: {0:?} has no host")]
     NoHost(String),
-    #[error("url {0:?}: contains whitespace")]
+    #[error("url: {0:?} contains whitespace")]
     Whitespace(String),
     /// Holds the exporter's model label.
     #[error("models: empty; map at least one {0} label value to a class")]
