@@ -73,7 +73,7 @@ fn status_reports_the_backend_the_controlled_classes_share() {
 
 #[test]
 fn every_op_with_good_and_bad_input_on_one_connection() {
-    let bed = Bed::start("ops", CONFIG);
+    let mut bed = Bed::start("ops", CONFIG);
     let mut c = bed.connect();
 
     // Read-only ops.
@@ -116,6 +116,9 @@ fn every_op_with_good_and_bad_input_on_one_connection() {
         (json!(50.0), json!(8.0))
     );
     c.err(json!({"op": "set_class", "class": "web", "burst": 0.5}), "invalid_config");
+    // A refused change is in the log too, with who asked.
+    let line = bed.daemon.process.wait_for("refused, nothing changed", Duration::from_secs(10)).unwrap();
+    assert!(line.contains("uid=0") && line.contains("class[0].burst"), "{line}");
     c.err(json!({"op": "set_class", "class": "nope", "rate": 1}), "invalid_config");
     c.err(json!({"op": "set_class", "class": "web", "rate": "fast"}), "bad_request");
     c.err(json!({"op": "set_class", "class": "web", "colour": "red"}), "bad_request");

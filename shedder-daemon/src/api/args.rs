@@ -12,6 +12,13 @@ use crate::control::Tier;
 /// clap takes `Option<OrNull<T>>` as one optional value, not as a flag.
 pub type OrNull<T> = Option<T>;
 
+/// A number that is neither NaN nor infinite, which JSON cannot carry: a
+/// time on the server's clock.
+pub fn finite(text: &str) -> Result<f64, String> {
+    let value: f64 = text.parse().map_err(|_| format!("{text:?} is not a number"))?;
+    if value.is_finite() { Ok(value) } else { Err(format!("{text} is not a finite number")) }
+}
+
 /// A number that is neither NaN, infinite nor negative (JSON carries none
 /// of the first two, and no field takes the last).
 pub fn amount(text: &str) -> Result<f64, String> {

@@ -581,8 +581,11 @@ mod tests {
 
     #[test]
     fn bad_ctl_arguments_are_refused_naming_the_field() {
-        let rows: [&[&str]; 6] = [
+        let rows: [&[&str]; 8] = [
             &["set-class", "web", "--rate=-1"],
+            // JSON has no NaN: sent, it would arrive as null, naming no field.
+            &["admit", "web", "--now-ms", "0", "--deadline-ms", "nan"],
+            &["admit", "web", "--deadline-ms", "1", "--now-ms", "0", "--queue-age-ms=-1"],
             &["set-class", "web", "--tier", "gold"],
             &["set-class", "web", "--adaptive", "200"],
             &["set-class", "web", "--mode", "sometimes"],

@@ -9,12 +9,13 @@ use rand::SeedableRng as _;
 
 use super::protocol::{
     Admit, AdmitAnswer, Answer, ApiError, Changed, ConfigAnswer, DEFAULT_MAX_QUEUE_AGE_MS, DecisionsAnswer, ErrorCode,
-    MAX_JOBS_IN_SIGHT, PROTOCOL_VERSION, Request, Sampled, SetClass, SetMode, SetTenant, VersionAnswer, finite,
+    PROTOCOL_VERSION, Request, Sampled, SetClass, SetMode, SetTenant, VersionAnswer, finite,
 };
 use super::status::StatusCache;
 use crate::{
     admit::{AdmitPolicy, AdmitRequest, QueueAge, Verdict, admit, ledger::Asked},
     config::{Config, TenantSpec},
+    control::MAX_JOBS,
     daemon::{ChangeError, Daemon},
     telemetry::samples::SampleError,
 };
@@ -233,11 +234,9 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
         ("waiting_behind", request.waiting_behind),
     ] {
         if let Some(jobs) = jobs
-            && jobs > MAX_JOBS_IN_SIGHT
+            && jobs > MAX_JOBS
         {
-            return Err(bad(format!(
-                "admit.{name}: {jobs} jobs is more than a server holds (at most {MAX_JOBS_IN_SIGHT})"
-            )));
+            return Err(bad(format!("admit.{name}: {jobs} jobs is more than a server holds (at most {MAX_JOBS})")));
         }
     }
     let policy = request.policy.clone().unwrap_or_else(|| AdmitPolicy::with_max_queue_age(DEFAULT_MAX_QUEUE_AGE_MS));

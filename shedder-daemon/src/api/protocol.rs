@@ -380,17 +380,17 @@ pub struct Admit {
     /// The job's class.
     pub class: String,
     /// When the job must be done, ms.
-    #[arg(long)]
+    #[arg(long, value_parser = args::finite)]
     pub deadline_ms: f64,
     /// Now, ms on the same clock.
-    #[arg(long)]
+    #[arg(long, value_parser = args::finite)]
     pub now_ms: f64,
     /// How long the job has waited, ms.
-    #[arg(long)]
+    #[arg(long, value_parser = args::amount)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queue_age_ms: Option<f64>,
     /// When the job arrived, ms on the same clock.
-    #[arg(long)]
+    #[arg(long, value_parser = args::finite)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub queued_at_ms: Option<f64>,
     /// Which try this is (1, the default, is the first): retries are shed
@@ -443,11 +443,6 @@ pub struct Admit {
 
 /// The stale limit `admit` uses when the request names no policy.
 pub const DEFAULT_MAX_QUEUE_AGE_MS: f64 = 60_000.0;
-
-/// The most jobs `admit` believes a server has running or waiting: far more
-/// than any inference server holds, and few enough that a count the
-/// capacity model takes as evidence cannot swamp it.
-pub const MAX_JOBS_IN_SIGHT: u32 = 100_000;
 
 /// The newest `n` decisions (default 20).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, Args)]

@@ -30,7 +30,7 @@ use tokio::{
     net::{UnixListener, UnixStream},
     sync::Semaphore,
 };
-use tracing::info;
+use tracing::{info, warn};
 
 use crate::lock::LockError;
 
@@ -369,7 +369,13 @@ async fn answer(line: &[u8], shared: &Shared, peer: Peer) -> Vec<u8> {
             }
             answer.encode()
         }
-        Ok(Err(e)) => e.encode(),
+        Ok(Err(e)) => {
+            // As SIGHUP's refusals are: the log tells who tried what.
+            if mutating {
+                warn!(uid, "configuration change through the control socket refused, nothing changed: {e}");
+            }
+            e.encode()
+        }
         Err(gone) => ApiError::new(ErrorCode::Unavailable, gone.to_string()).encode(),
     }
 }

@@ -11,7 +11,7 @@ use std::{
 };
 
 use crate::{
-    control::{Budget, ClassPolicy, ControlParams, Controller, Tier, safety},
+    control::{Budget, ClassPolicy, ControlParams, Controller, MAX_JOBS, Tier, safety},
     estimate::{ClassPrior, EstimatorParams, Estimators},
     fleet::{FleetSettings, FleetSpec},
     telemetry::scrape::ScrapeTarget,
@@ -440,8 +440,13 @@ impl Config {
         }
         let estimators = Estimators::new(self.estimator.clone(), priors.clone())
             .map_err(|e| self.nested("estimator", &e.to_string()))?;
-        if self.backend.workers == Some(0) {
-            return fail("backend.workers", "must be at least 1 (the requests the backend serves at once)");
+        if let Some(workers) = self.backend.workers
+            && !(1..=MAX_JOBS).contains(&workers)
+        {
+            return fail(
+                "backend.workers",
+                format!("{workers} is outside 1..={MAX_JOBS} (the requests the backend serves at once)"),
+            );
         }
         let params = ControlParams { workers: self.backend.workers.map(f64::from), ..self.control.clone() };
         let controller = Controller::new(params, policies).map_err(|e| self.nested("control", &e.to_string()))?;
@@ -684,6 +689,12 @@ pub(crate) mod tests {
             ),
             ("[control]\ncut_floor = 2", "control.cut_floor/cut_ceiling"),
             ("[control]\ntick_ms = 0", "control.tick_ms"),
+            ("[control]\ntick_ms = 100000000\n[watchdog]\nfail_open_after_ms = 0", "control.tick_ms"),
+            ("[backend]\nworkers = 4000000000", "backend.workers"),
+            (
+                "[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\ndeadline_ms = 1e300",
+                "class[2].deadline_ms",
+            ),
             ("[control.gate]\nkv_cache_fraction = 2", "control.gate.kv_cache_fraction"),
             ("[estimator]\nslices = 0", "estimator.slices"),
         ];

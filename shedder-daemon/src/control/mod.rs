@@ -128,7 +128,7 @@ pub use idle::IdleMarks;
 use idle::idle_backend;
 use law::Law;
 use neighbours::Neighbours;
-pub use params::{Budget, ClassPolicy, ControlParams, InvalidControl};
+pub use params::{Budget, ClassPolicy, ControlParams, InvalidControl, MAX_JOBS};
 pub use plan::CapacityPlan;
 pub use reserve::Reserve;
 pub use slack::{Slack, Stale, slack};

@@ -9,6 +9,15 @@ use serde::{Deserialize, Serialize};
 use super::gate::GateParams;
 use super::tier::Tier;
 
+/// The most jobs a backend is believed to run, or hold queued, at once: far
+/// more than any inference server does, and few enough that a count taken
+/// as evidence of its workers cannot swamp the capacity model.
+pub const MAX_JOBS: u32 = 100_000;
+/// The longest deadline, ms: a day.
+pub const MAX_DEADLINE_MS: f64 = 86_400_000.0;
+/// The longest control tick, ms.
+pub const MAX_TICK_MS: u64 = 60_000;
+
 /// The controller's tunables (the `[control]` part of the config).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -180,8 +189,8 @@ impl ControlParams {
     /// Checks the parameters; the error names the field.
     pub fn validate(&self) -> Result<(), InvalidControl> {
         let err = |m: String| Err(InvalidControl(m));
-        if self.tick_ms == 0 {
-            return err("control.tick_ms: must be at least 1".into());
+        if !(1..=MAX_TICK_MS).contains(&self.tick_ms) {
+            return err(format!("control.tick_ms: {} is outside 1..={MAX_TICK_MS}", self.tick_ms));
         }
         if !(self.cut_gain.is_finite() && self.cut_gain >= 0.0) {
             return err(format!("control.cut_gain: {} is not a finite, non-negative number", self.cut_gain));
@@ -297,6 +306,9 @@ impl ClassPolicy {
         let err = |m: String| Err(InvalidControl(format!("class {class:?} {m}")));
         if !(self.deadline_ms.is_finite() && self.deadline_ms > 0.0) {
             return err(format!("deadline_ms: {} is not a positive number of ms", self.deadline_ms));
+        }
+        if self.deadline_ms > MAX_DEADLINE_MS {
+            return err(format!("deadline_ms: {:e} ms is more than a day", self.deadline_ms));
         }
         if let Some(safety) = self.safety_ms
             && !(safety.is_finite() && safety >= 0.0 && safety < self.deadline_ms)
