@@ -63,11 +63,10 @@
 //!   drained out of what admission may use.
 //! * **Wasted admissions**: jobs the fast path let in that `admit` then
 //!   refused, counted per class and named in a limited class's decisions.
-//!   They do not cut its budget: the headroom keeps the queue fed between a
-//!   heavy tail's bursts, and giving it up idled workers without moving
-//!   refusals to the NIC, which carries most of them anyway (the budget
-//!   follows the capacity model; `admit` trims what the queue's variance
-//!   lets through).
+//!   Past the waste tolerance they shrink the class's share to the room
+//!   `admit` would not refuse ([`share`]), but never its headroom: that keeps
+//!   the queue fed between a heavy tail's bursts, and giving it up idled
+//!   workers without moving refusals to the NIC.
 //! * **The sanity guard**: a refusal while the backend is idle (a short
 //!   queue, under half its capacity busy) is the model being wrong, not
 //!   overload: the budget stays open, the answer is admit (unless the job
@@ -289,8 +288,9 @@ impl Controller {
     }
 
     /// Replaces parameters and policies, all or nothing. Classes that stay
-    /// keep their budget, clamped to the new bounds; the shared law and the
-    /// learnt capacity carry on; everything else starts afresh.
+    /// keep their budget (clamped to the new bounds) and what was measured
+    /// of them; the shared law, the learnt capacity, the GPU gate and the
+    /// recent starts carry on; a new class starts at its maximum.
     pub fn reconfigure(
         &mut self,
         params: ControlParams,
@@ -313,6 +313,15 @@ impl Controller {
             self.states.insert(name.clone(), state);
         }
         self.shared.reset_episode();
+        // A new worker count moves the capacity the law's rate is a part of:
+        // a cut keeps its depth, and outside one the rate is the new
+        // capacity (left alone, more workers read as a cut for the seconds
+        // recovery takes, refusing retries meanwhile).
+        match (self.params.workers, params.workers) {
+            (Some(old), Some(new)) if old != new => self.shared.rate *= new / old,
+            (old, new) if old != new => self.shared.rate = f64::NAN,
+            _ => {}
+        }
         self.views.retain(|name, _| policies.contains_key(name));
         self.params = params;
         self.policies = policies;

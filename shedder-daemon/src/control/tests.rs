@@ -444,6 +444,26 @@ fn invalid_configuration_names_the_field_and_changes_nothing() {
 }
 
 #[test]
+fn more_workers_on_reload_are_capacity_at_once_not_a_cut() {
+    let params = |workers| ControlParams { workers: Some(workers), ..ControlParams::default() };
+    let policies = BTreeMap::from([("chat".to_string(), adaptive(1.0, 100.0, false))]);
+    let mut c = Controller::new(params(8.0), policies.clone()).unwrap();
+    let healthy = BTreeMap::from([("chat".to_string(), estimate("chat", 20.0, 300.0))]);
+    let offered = BTreeMap::from([("chat".to_string(), 10.0)]);
+    tick(&mut c, ms(0), &healthy, &[], &offered);
+    assert_eq!((c.capacity_plan().capacity, c.capacity_plan().effective), (8.0, 8.0));
+    c.reconfigure(params(16.0), policies.clone()).unwrap();
+    tick(&mut c, ms(100), &healthy, &[], &offered);
+    assert_eq!((c.capacity_plan().capacity, c.capacity_plan().effective), (16.0, 16.0));
+    // Fewer, after a cut to half: the cut keeps its depth.
+    c.shared.rate = 8.0;
+    c.reconfigure(params(4.0), policies).unwrap();
+    tick(&mut c, ms(200), &healthy, &[], &offered);
+    assert_eq!(c.capacity_plan().capacity, 4.0);
+    assert!(c.capacity_plan().effective <= 2.0 + 4.0 * 0.05 * 0.1 + 1e-9, "{:?}", c.capacity_plan());
+}
+
+#[test]
 fn a_stalled_daemon_does_not_jump_its_recovery() {
     let mut c = three_classes();
     a_cut(&mut c, 0);
