@@ -350,8 +350,6 @@ impl Distribution {
 pub struct Completions {
     pub on_time: u64,
     pub late: u64,
-    /// How late the late ones were, ms (`None` while none was late).
-    pub late_by: Option<Quantiles>,
 }
 
 /// A gauge's latest value and how old it is.
@@ -378,13 +376,11 @@ pub struct ClassEstimate {
     /// The span that horizon covers, ms (at most the window).
     pub queue_age_recent_ms: u64,
     pub service: Distribution,
-    /// Service time over the freshest horizon holding `min_samples`, like
-    /// `queue_age_recent`: a regime change shows here seconds before it
-    /// dominates the window.
-    pub service_recent: Distribution,
     /// Service time as a curve (`P(service ≤ t)` and the mean): the window's,
-    /// or at every probability the recent horizon's where that is higher
-    /// (fast attack, as for the p95s); the prior's lognormal below
+    /// or at every probability the recent horizon's (the freshest slices
+    /// holding `min_samples`, as for `queue_age_recent`) where that is higher
+    /// (fast attack: a regime change shows seconds before it dominates the
+    /// window); the prior's lognormal below
     /// `min_samples`. What job-level admission and the capacity model read.
     pub service_curve: ServiceCurve,
     pub completions: Completions,
@@ -416,7 +412,7 @@ pub struct LiveSignals {
 
 impl LiveSignals {
     /// The inputs not to trust: frozen gauges, or a newest scrape older
-    /// than `max_age_ms` (the controller's N ticks).
+    /// than `max_age_ms` (`[control] stale_after_ms`).
     pub fn stale_inputs(&self, max_age_ms: u64) -> Vec<StaleInput> {
         freshness::stale_inputs(self.gauges_frozen.map(|g| (g.age_ms, g.value)), max_age_ms)
     }
@@ -427,14 +423,13 @@ struct Slice {
     number: u64,
     queue_age: Sketch,
     service: Sketch,
-    late_by: Sketch,
     on_time: u64,
     late: u64,
 }
 
 impl Slice {
     fn new(number: u64) -> Self {
-        Slice { number, queue_age: Sketch::new(), service: Sketch::new(), late_by: Sketch::new(), on_time: 0, late: 0 }
+        Slice { number, queue_age: Sketch::new(), service: Sketch::new(), on_time: 0, late: 0 }
     }
 }
 
@@ -592,9 +587,7 @@ impl Estimators {
                 if !usable(late_by) {
                     return Ok(false);
                 }
-                let slice = state.slice_mut(now_ms / slice_ms);
-                slice.late += count;
-                slice.late_by.add(late_by, count);
+                state.slice_mut(now_ms / slice_ms).late += count;
             }
             // Retries are the metrics' business; the slack does not use them.
             Observation::Retry { .. } => return Ok(true),
@@ -634,7 +627,6 @@ impl Estimators {
 
         let mut queue_age = Sketch::new();
         let mut service = Sketch::new();
-        let mut late_by = Sketch::new();
         let mut completions = Completions::default();
         let mut recent: Option<(Sketch, u64)> = None;
         let mut service_recent: Option<Sketch> = None;
@@ -655,7 +647,6 @@ impl Estimators {
             }
             queue_age.merge(&slice.queue_age);
             service.merge(&slice.service);
-            late_by.merge(&slice.late_by);
             completions.on_time += slice.on_time;
             completions.late += slice.late;
             if recent.is_none() && age >= recent_slices && queue_age.count() >= p.min_samples {
@@ -667,7 +658,6 @@ impl Estimators {
                 service_recent = Some(service.clone());
             }
         }
-        completions.late_by = Quantiles::of(&late_by);
 
         let distribution = |sketch: &Sketch, prior: Quantiles| {
             let samples = sketch.count();
@@ -731,7 +721,6 @@ impl Estimators {
             queue_age_recent,
             queue_age_recent_ms,
             service: distribution(&service, state.prior.service()),
-            service_recent: distribution(service_recent.as_ref().unwrap_or(&service), state.prior.service()),
             service_curve,
             completions,
             queue_depth: state.queue_depth.and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),
@@ -752,11 +741,6 @@ impl Estimators {
     /// Estimates for every class, keyed by name: what [`crate::control::Controller::tick`] takes.
     pub fn estimate_all(&self, now: Duration) -> BTreeMap<String, ClassEstimate> {
         self.classes.keys().filter_map(|name| Some((name.clone(), self.estimate(name, now)?))).collect()
-    }
-
-    /// Names of the configured classes.
-    pub fn classes(&self) -> impl Iterator<Item = &str> {
-        self.classes.keys().map(String::as_str)
     }
 }
 
@@ -996,7 +980,6 @@ mod tests {
         }
         let e = est.estimate(c, at(4_000)).unwrap();
         assert_eq!((e.completions.on_time, e.completions.late), (90, 10));
-        assert!((e.completions.late_by.unwrap().p95 - 400.0).abs() < 5.0);
         assert_eq!(e.queue_depth, Some(Gauge { value: 12, age_ms: 3_900 }));
         assert_eq!(e.kv_cache_usage.map(|g| g.value), Some(0.93));
         let drain = e.drain_rate_per_s.unwrap();
@@ -1052,7 +1035,6 @@ mod tests {
         assert_eq!(e.queue_age_recent_ms, 1_000);
         assert_eq!(e.queue_age_recent.samples, 30);
         assert_eq!(e.queue_age_recent.quantiles.p95, 0.0);
-        assert!((e.service_recent.quantiles.p95 - 100.0).abs() < 2.0);
         assert!((e.drain_rate_per_s.unwrap() - 30.0).abs() < 1e-9);
 
         // Thin traffic: 3 jobs/s. Two slices hold 6 samples, so the horizon

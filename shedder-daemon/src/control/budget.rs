@@ -137,10 +137,10 @@ pub(super) fn adaptive(tick: &TickFacts, class: &ClassFacts, probe: &mut f64, ma
         words.push(format!("demand {demand:.2} <= available {admission:.2} worker-s/s: no limit"));
         max_rate
     };
-    // Work the fast path let in only for `admit` to refuse it is named, not
-    // cut from the budget: the headroom is what keeps the queue fed between
-    // bursts, and giving it up idled workers without moving refusals to the
-    // NIC (measured on the reference drill; docs/control.md).
+    // Work the fast path let in only for `admit` to refuse it is named here;
+    // the share already left out what `admit` refuses (`share`), and the
+    // headroom stays: it keeps the queue fed between bursts, and cutting it
+    // idled workers without moving refusals to the NIC (docs/control-log.md).
     let admitted = rate_of(tick.admitted, name);
     let waste = if admitted > 0.0 { (rate_of(tick.wasted, name) / admitted).min(1.0) } else { 0.0 };
     if allotted && waste > tick.params.waste_tolerance {

@@ -175,9 +175,10 @@ pub(super) fn model_words(plan: &CapacityPlan, s: &Slack, class: &str, law: &Mov
         s.safety_words()
     );
     match law {
-        Move::Cut { factor, base, .. } => w.push_str(&format!(
-            "; effective capacity cut x{factor:.2} from {base:.2} worker-s/s on {}'s slack",
-            plan.pressure_class.as_deref().unwrap_or("?")
+        Move::Cut { factor, base, why, .. } => w.push_str(&format!(
+            "; effective capacity cut x{factor:.2} from {base:.2} worker-s/s on {}'s slack, {}",
+            plan.pressure_class.as_deref().unwrap_or("?"),
+            why.words()
         )),
         Move::Recover { per_s } => {
             w.push_str(&format!("; effective capacity recovering at +{per_s:.2} worker-s/s per s"))

@@ -1,9 +1,9 @@
 //! The GPU gate: while the GPU is hot and interactive work is busy, classes
 //! marked opportunistic (batch) are held at their minimum rate.
 //!
-//! Batch is admitted only while interactive traffic is below 40% of its
-//! capacity, because a batch burst eats the memory bandwidth interactive
-//! requests need.
+//! While the GPU is hot, batch is admitted only while interactive traffic is
+//! below `interactive_share` (40%) of its capacity, because a batch burst
+//! eats the memory bandwidth interactive requests need.
 //!
 //! * **Hot**: any GPU's utilisation or memory-used fraction, or the highest
 //!   KV-cache usage any class reports (vLLM's `kv_cache_usage_perc`), is at or

@@ -37,9 +37,9 @@
 //! `1 − ceiling` of the excess, geometrically, harder the deeper the deficit;
 //! below it the rate climbs linearly. This is the AIMD of Chiu and Jain
 //! (1989): decrease proportional to the rate and increase independent of it
-//! converge to the capacity point instead of drifting away from it, and
-//! several adaptive classes sharing one bottleneck converge towards equal
-//! shares of it. Cutting from the *admitted* rate `a` when the budget sits
+//! converge to the capacity point instead of drifting away from it. The
+//! controller runs one law, over the capacity its classes share (how that
+//! is divided among them is the allocation's business). Cutting from the *admitted* rate `a` when the budget sits
 //! above demand makes the first cut bite at once (cutting an unused budget of
 //! 40/s to 32/s changes nothing when 30/s arrive), while `r·floor` bounds
 //! what one cut can take.
@@ -108,7 +108,7 @@ use super::slack::Slack;
 /// dead band may take.
 const BAND_MOST_OF_ROOM: f64 = 0.5;
 
-/// Why a cut happened (it goes into the decision's reason).
+/// Why a cut happened; the decision's reason says it in words.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub(crate) enum CutWhy {
     /// Slack turned negative: answer on this tick.
@@ -121,6 +121,21 @@ pub(crate) enum CutWhy {
     /// last time the slack was seen improving), and not better than then:
     /// every sample in the window postdates it, so this is evidence, not lag.
     Persistent { since_ms: u64, slack_then: f64 },
+}
+
+impl CutWhy {
+    /// In words, for the decision's reason.
+    pub(crate) fn words(self) -> String {
+        match self {
+            Self::Onset => "which turned negative".into(),
+            Self::Worse { slack_at_cut, .. } => {
+                format!("worse than the {slack_at_cut:.0} ms at the last cut")
+            }
+            Self::Persistent { slack_then, .. } => {
+                format!("still no better a window after {slack_then:.0} ms")
+            }
+        }
+    }
 }
 
 /// What one tick did to the internal rate.
@@ -170,10 +185,10 @@ struct Episode {
     ref_depth: Option<u64>,
 }
 
-/// The state of one adaptive class.
+/// The law's state: the effective capacity the controlled classes share.
 #[derive(Clone, Debug)]
 pub(crate) struct Law {
-    /// The law's continuous rate, tokens/s.
+    /// The law's continuous rate: worker-seconds per second.
     pub rate: f64,
     /// Set by the first cut of a run of negative slack, cleared when slack
     /// is back at or above zero.
@@ -235,9 +250,10 @@ impl Law {
         (p.recover_headroom * s.deadline_ms).min(BAND_MOST_OF_ROOM * s.room_ms().max(0.0))
     }
 
-    /// One tick: `dt_s` since the previous tick, `admitted` the class's
-    /// observed admitted rate (if the daemon measured it), `window_ms` the
-    /// estimator's window. Returns what moved; `self.rate` holds the result.
+    /// One tick: `dt_s` since the previous tick, `admitted` the work the
+    /// classes were let in for (worker-seconds per second, if measured),
+    /// `window_ms` the estimator's window; `min_rate`..`max_rate` bound the
+    /// rate. Returns what moved; `self.rate` holds the result.
     #[allow(clippy::too_many_arguments)]
     pub fn step(
         &mut self,

@@ -29,10 +29,10 @@ pub struct ControlParams {
     /// Cut depth per unit of deficit (−slack / deadline).
     #[serde(default = "d_cut_gain")]
     pub cut_gain: f64,
-    /// Deepest single cut: the budget is multiplied by at least this.
+    /// Deepest single cut: the effective capacity is multiplied by at least this.
     #[serde(default = "d_cut_floor")]
     pub cut_floor: f64,
-    /// Mildest cut: the budget is multiplied by at most this.
+    /// Mildest cut: the effective capacity is multiplied by at most this.
     #[serde(default = "d_cut_ceiling")]
     pub cut_ceiling: f64,
     /// Least time between a cut and a further cut on worsening slack, ms.
@@ -49,10 +49,13 @@ pub struct ControlParams {
     /// speed; between `recover_headroom` and this it tapers linearly.
     #[serde(default = "d_recover_full_at")]
     pub recover_full_at: f64,
-    /// Full recovery speed, as a fraction of `max_rate` per second.
+    /// Full recovery speed of the effective capacity, as a fraction of the
+    /// capacity per second.
     #[serde(default = "d_recovery_per_s")]
     pub recovery_per_s: f64,
-    /// Smallest recovery step published, as a fraction of `max_rate`.
+    /// Smallest budget move published, up or down, as a fraction of the
+    /// class's `max_rate` (or 5% of its budget, if more), unless it reaches
+    /// a bound.
     #[serde(default = "d_publish_step")]
     pub publish_step: f64,
     /// Oldest queue-depth gauge that may predict the wait, ms.

@@ -51,12 +51,8 @@
 //! the long jobs, and those are what the reserve is for (paced by the lower
 //! class's mean, the drill's two-tier workload lost 22 critical jobs of 914
 //! at the onset, in three runs of three). A job worth its worker ends
-//! within its deadline.
-//!
-//! On 192 random shapes (2026-12-04) this took the sum of the bound up by
-//! 452 points with no shape's critical tier down by more than 3%. Covering
-//! the starts once gained more (+536) but cost 3 shapes' critical tiers
-//! that much, and ten times over less (+385, one critical tier down).
+//! within its deadline. (Why [`SLACK_COVER`] is 3, against once and ten
+//! times over: docs/control-log.md.)
 
 use serde::Serialize;
 

@@ -303,7 +303,6 @@ mod tests {
             queue_age_recent: qa,
             queue_age_recent_ms: 2_000,
             service,
-            service_recent: service,
             service_curve: ServiceCurve::lognormal(Some(p50), p95),
             completions: Completions::default(),
             queue_depth: None,

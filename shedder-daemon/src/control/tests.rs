@@ -70,7 +70,6 @@ fn estimate(class: &str, queue_age_p95: f64, service_p95: f64) -> ClassEstimate 
         queue_age_recent: dist(queue_age_p95),
         queue_age_recent_ms: 2_000,
         service: dist(service_p95),
-        service_recent: dist(service_p95),
         service_curve: ServiceCurve::lognormal(Some(service_p95 / 3.0), service_p95),
         completions: Completions::default(),
         queue_depth: None,
@@ -261,6 +260,7 @@ fn a_cut_decision_explains_itself() {
         "= deadline 3000 − queue_age_p95 2630 ms (last 2.0 s) − service p9",
         "− safety 250 ms",
         "effective capacity cut x0.",
+        "on interactive's slack, which turned negative",
     ] {
         assert!(d.reason.contains(words), "{words:?} not in {}", d.reason);
     }
@@ -283,7 +283,6 @@ fn priors_and_predicted_waits_show_in_the_reason() {
     let mut e = estimate("interactive", 100.0, 1_800.0);
     e.service.source = Source::Prior;
     e.service.samples = 0;
-    e.service_recent.source = Source::Prior;
     e.queue_depth = Some(Gauge { value: 30, age_ms: 50 });
     e.drain_rate_per_s = Some(10.0);
     let est = BTreeMap::from([("interactive".to_string(), e.clone())]);

@@ -23,8 +23,8 @@
 //!   counters a saturated closed loop that holds both gauges exactly steady
 //!   looks frozen.)
 //! * or the **scrape is old**: the newest scrape that read the class's live
-//!   gauges is older than the controller's allowance (N ticks; the
-//!   controller owns N), because scrapes fail or hang.
+//!   gauges is older than the controller allows (`[control]
+//!   stale_after_ms`), because scrapes fail or hang.
 //!
 //! What the controller does with stale inputs is its business; the scrape
 //! only says so ([`crate::telemetry::Observation::GaugesFrozen`]), and the

@@ -33,8 +33,8 @@ use crate::error_chain::ErrorChain;
 pub trait GpuSource: Send {
     fn read(&mut self) -> Result<Vec<GpuReading>, GpuError>;
 
-    /// What this source is, for logs and the status API: `nvml (2 GPUs,
-    /// driver …)`, `none (why)`, `fake`.
+    /// What this source is, in words: `nvml (2 GPUs, driver …)`, `none
+    /// (why)`, `fake`; what the check on a GPU host prints.
     fn describe(&self) -> String {
         std::any::type_name::<Self>().to_owned()
     }
@@ -100,11 +100,6 @@ impl Nvml {
         let driver_version = nvml.sys_driver_version().unwrap_or_else(|_| "unknown".into());
         Ok(Self { nvml, device_count, driver_version })
     }
-
-    /// GPUs NVML saw when it was opened.
-    pub fn device_count(&self) -> u32 {
-        self.device_count
-    }
 }
 
 impl GpuSource for Nvml {
@@ -133,7 +128,7 @@ impl GpuSource for Nvml {
 /// No GPU telemetry: reports no devices, so the GPU gate never closes.
 #[derive(Clone, Debug, Default)]
 pub struct NoGpu {
-    /// Why there is no GPU telemetry, for the status API.
+    /// Why there is no GPU telemetry, as the daemon logged it at start.
     pub reason: String,
 }
 

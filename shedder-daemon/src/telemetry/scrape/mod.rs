@@ -240,10 +240,6 @@ impl Scraper {
         Ok(Self { state: TargetState::new(target)?, agent, started: Instant::now() })
     }
 
-    pub fn target(&self) -> &ScrapeTarget {
-        self.state.target()
-    }
-
     /// One scrape: GET the endpoint, then [`TargetState::ingest`] the body.
     /// On error (connect, timeout, HTTP status, parse) nothing changes but
     /// the target's health; a failure is logged when it begins, and the
