@@ -14,6 +14,24 @@
 
 const NANOS_PER_SEC: u128 = 1_000_000_000;
 
+/// Milli-tokens in one token: the fixed point of every rate, burst and cost.
+pub const MILLI_PER_TOKEN: u64 = 1_000;
+
+/// A fixed-point amount in tokens (a rate, in tokens per second). Host side:
+/// the datapath has no floating point.
+#[cfg(feature = "user")]
+pub fn tokens(milli: u64) -> f64 {
+    milli as f64 / MILLI_PER_TOKEN as f64
+}
+
+/// A non-negative amount of tokens in fixed point, to the nearest milli-token
+/// (a value past `u64` saturates; the caller checks the range it allows).
+#[cfg(feature = "user")]
+pub fn milli_tokens(tokens: f64) -> u64 {
+    // Rounded by hand: `f64::round` is std's, and this crate is `no_std`.
+    (tokens * MILLI_PER_TOKEN as f64 + 0.5) as u64
+}
+
 /// One class's bucket parameters: what the operator set, and the two figures
 /// the datapath uses, derived from them by [`BucketParams::new`].
 #[repr(C)]
@@ -143,6 +161,16 @@ pub fn rescale(tat: u64, now: u64, old: &BucketParams, new: &BucketParams) -> u6
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "user")]
+    #[test]
+    fn tokens_and_milli_tokens_agree_to_the_milli_token() {
+        for t in [0.0, 0.001, 1.0, 2.5, 123.456, 1e12] {
+            assert_eq!(tokens(milli_tokens(t)), t, "{t}");
+        }
+        // To the nearest: below half a milli-token is none.
+        assert_eq!((milli_tokens(0.000_49), milli_tokens(0.000_5)), (0, 1));
+    }
 
     const SEC: u64 = 1_000_000_000;
 

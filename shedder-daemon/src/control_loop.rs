@@ -13,12 +13,12 @@ use std::{
     time::Duration,
 };
 
-use shedder_common::bucket::BucketParams;
+use shedder_common::bucket::{BucketParams, milli_tokens};
 use tracing::warn;
 
 use crate::{
     admit::ledger::AdmissionLedger,
-    config::{ControlSetup, Plan, to_milli},
+    config::{ControlSetup, Plan},
     control::{Controller, Decision, DecisionLog, InvalidControl, TickInputs},
     estimate::{Estimators, InvalidParams},
     fastpath::{Fastpath, FastpathError},
@@ -258,7 +258,7 @@ impl ControlLoop {
         let mut changed = false;
         for (slot, rate) in rates.into_iter().enumerate() {
             let old = self.plan.tenants[slot];
-            let new = BucketParams::new(to_milli(rate), old.burst_milli, old.cost_milli);
+            let new = BucketParams::new(milli_tokens(rate), old.burst_milli, old.cost_milli);
             changed |= new != old;
             self.plan.tenants[slot] = new;
         }
@@ -281,7 +281,7 @@ impl ControlLoop {
             let Some(rate) = self.controller.rate(name) else { continue };
             let class = &mut self.plan.classes[slot];
             let old = class.bucket;
-            class.bucket = BucketParams::new(to_milli(rate), old.burst_milli, old.cost_milli);
+            class.bucket = BucketParams::new(milli_tokens(rate), old.burst_milli, old.cost_milli);
         }
         Ok(self.fastpath.apply(&self.plan)?)
     }

@@ -1,7 +1,7 @@
 //! The periodic counters report: one structured line per class, so the log
 //! alone shows what the fast path did with each class's new connections.
 
-use shedder_common::maps::PassReason;
+use shedder_common::{bucket::tokens, maps::PassReason};
 use tracing::info;
 
 use crate::fastpath::ClassSnapshot;
@@ -20,7 +20,7 @@ pub fn log_counters(classes: &[ClassSnapshot], passed: &[(PassReason, u64)]) {
             marked = n.marked,
             would_shed = n.would_shed,
             resent = n.resent,
-            tokens = format_args!("{:.1}/{:.1}", c.available_milli as f64 / 1000.0, c.bucket.burst_milli as f64 / 1000.0),
+            tokens = format_args!("{:.1}/{:.1}", tokens(c.available_milli), tokens(c.bucket.burst_milli)),
             "class counters"
         );
     }

@@ -82,7 +82,7 @@ pub fn snapshot(daemon: &Daemon) -> Result<StatusSnapshot, ApiError> {
     let now = daemon.now();
     let slacks = control.controller().last_slacks();
     let wasted = control.admissions().refused();
-    let milli = |m: u64| m as f64 / 1000.0;
+    let milli = shedder_common::bucket::tokens;
     let classes = fastpath
         .class_snapshots()
         .map_err(internal)?

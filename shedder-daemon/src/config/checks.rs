@@ -3,8 +3,6 @@
 
 use std::fmt;
 
-/// Fixed-point scale of rates, bursts and costs (see `shedder_common::bucket`).
-const MILLI: f64 = 1000.0;
 /// Largest rate, burst or cost accepted, in tokens: far beyond any NIC, far below overflow.
 const MAX_TOKENS: f64 = 1e12;
 /// Longest class or tenant name, bytes.
@@ -57,11 +55,6 @@ pub(crate) fn fail<T>(field: impl Into<String>, message: impl Into<String>) -> R
     Err(ConfigError { field: field.into(), message: message.into() })
 }
 
-/// Tokens (or tokens/s) in the datapath's fixed point, milli-tokens.
-pub fn to_milli(tokens: f64) -> u64 {
-    (tokens * MILLI).round() as u64
-}
-
 pub(crate) fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, ConfigError> {
     if value.is_nan() {
         return fail(field, "NaN is not a number");
@@ -72,7 +65,7 @@ pub(crate) fn milli(value: f64, field: &str, allow_zero: bool) -> Result<u64, Co
     if value > MAX_TOKENS {
         return fail(field, format!("{value:e} is over the most accepted, {MAX_TOKENS:e}"));
     }
-    let scaled = to_milli(value);
+    let scaled = shedder_common::bucket::milli_tokens(value);
     if scaled == 0 && !(allow_zero && value == 0.0) {
         return fail(field, format!("{value} is below the resolution of 0.001 tokens"));
     }

@@ -29,7 +29,7 @@ mod checks;
 mod plan;
 mod tenants;
 
-pub use checks::{ConfigError, to_milli};
+pub use checks::ConfigError;
 pub(crate) use checks::{check_new_name, fail, milli};
 pub use plan::Plan;
 pub use tenants::TenantSpec;

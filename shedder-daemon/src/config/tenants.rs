@@ -21,7 +21,7 @@ use super::{
 
 /// Tokens one connection costs a tenant: tenants count connections, the
 /// per-model cost is the class's.
-pub const TENANT_COST_MILLI: u64 = 1_000;
+pub const TENANT_COST_MILLI: u64 = shedder_common::bucket::MILLI_PER_TOKEN;
 
 /// `[[tenant]]`: the connections from some source addresses, with a budget
 /// of their own.

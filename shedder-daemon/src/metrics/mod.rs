@@ -26,6 +26,7 @@ use prometheus_client::{
     metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
+use shedder_common::bucket;
 use std::sync::atomic::AtomicU64;
 use tokio::sync::Semaphore;
 use tracing::debug;
@@ -199,8 +200,8 @@ pub fn render(daemon: &Daemon) -> Result<String, MetricsError> {
         ] {
             outcomes.get_or_create(&OutcomeLabel { class: snapshot.name.clone(), outcome }).inc_by(n);
         }
-        rate.get_or_create(&class).set(snapshot.bucket.rate_milli as f64 / 1000.0);
-        tokens.get_or_create(&class).set(snapshot.available_milli as f64 / 1000.0);
+        rate.get_or_create(&class).set(bucket::tokens(snapshot.bucket.rate_milli));
+        tokens.get_or_create(&class).set(bucket::tokens(snapshot.available_milli));
         if let Some(s) = control.controller().last_slacks().get(&snapshot.name) {
             slack.get_or_create(&class).set(s.slack_ms / 1000.0);
         }
@@ -294,8 +295,8 @@ fn register_tenants(registry: &mut Registry, control: &crate::control_loop::Cont
         }
         let tenant = TenantLabel { tenant: snapshot.name.clone() };
         resent.get_or_create(&tenant).inc_by(c.resent);
-        rate.get_or_create(&tenant).set(snapshot.bucket.rate_milli as f64 / 1000.0);
-        burst.get_or_create(&tenant).set(snapshot.bucket.burst_milli as f64 / 1000.0);
+        rate.get_or_create(&tenant).set(bucket::tokens(snapshot.bucket.rate_milli));
+        burst.get_or_create(&tenant).set(bucket::tokens(snapshot.bucket.burst_milli));
     }
     registry.register(
         "shedder_tenant_syns",
