@@ -8,8 +8,8 @@ mod memory_bed;
 
 use std::{
     collections::BTreeSet,
-    io::{BufRead as _, BufReader, Read as _, Write as _},
-    net::{SocketAddr, TcpListener, TcpStream},
+    io::{BufRead as _, BufReader, Write as _},
+    net::{SocketAddr, TcpListener},
     sync::{
         Arc,
         atomic::{AtomicBool, Ordering},
@@ -99,19 +99,11 @@ impl Drop for Exporter {
     }
 }
 
-fn metrics(addr: SocketAddr) -> String {
-    let mut stream = TcpStream::connect(addr).unwrap();
-    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    response
-}
-
 /// Waits (bounded) until `/metrics` says `want` of `url`'s scrape.
 fn wait_for_scrape_up(addr: SocketAddr, url: &str, want: Option<&str>) {
     let until = Instant::now() + Duration::from_secs(15);
     loop {
-        let scrape = metrics(addr);
+        let scrape = memory_bed::get_metrics(addr);
         let line = scrape.lines().find(|l| l.starts_with(&format!("shedder_scrape_up{{target=\"{url}\"}}")));
         if line.map(|l| l.rsplit(' ').next().unwrap()) == want {
             return;

@@ -88,6 +88,15 @@ pub fn syn(fastpath: &MemoryFastpath, port: u16) -> Outcome {
     }
 }
 
+/// `GET /metrics` once from `addr`: the whole HTTP response.
+pub fn get_metrics(addr: std::net::SocketAddr) -> String {
+    let mut stream = TcpStream::connect(addr).unwrap();
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    response
+}
+
 /// `GET /metrics` once from the daemon's real endpoint (on loopback), with
 /// the daemon served by its owner loop; the body.
 pub fn scrape_metrics(daemon: Daemon) -> String {
@@ -99,13 +108,7 @@ pub fn scrape_metrics(daemon: Daemon) -> String {
         let addr = listener.local_addr().unwrap();
         let socket = ControlSocket::bind(&dir.join("control.sock"), None).unwrap();
         let services = Services { metrics: Some(listener), ..Services::socket_only(socket) };
-        let fetch = tokio::task::spawn_blocking(move || {
-            let mut stream = TcpStream::connect(addr).unwrap();
-            stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
-            let mut response = String::new();
-            stream.read_to_string(&mut response).unwrap();
-            response
-        });
+        let fetch = tokio::task::spawn_blocking(move || get_metrics(addr));
         let (stop, stopped) = tokio::sync::oneshot::channel::<String>();
         let serving = daemon::serve(daemon, services, async {
             let _ = stop.send(fetch.await.unwrap());
