@@ -301,8 +301,6 @@ pub struct ControlSetup {
     pub controller: Controller,
     /// What `estimators` was built from, for reconfiguring a running one.
     pub priors: BTreeMap<String, ClassPrior>,
-    pub scrapes: Vec<ScrapeTarget>,
-    pub scrape_interval_ms: u64,
     /// Each tenant's configured rate and weight, in the config's order.
     pub tenants: Vec<TenantPolicy>,
 }
@@ -465,8 +463,6 @@ impl Config {
             estimators,
             controller,
             priors,
-            scrapes: self.scrapes.clone(),
-            scrape_interval_ms: self.scrape_interval_ms,
             tenants: self
                 .tenants
                 .iter()
@@ -644,7 +640,7 @@ pub(crate) mod tests {
         config.plan().unwrap();
         let setup = config.control().unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(setup.controller.policies().len(), 2, "chat and batch are controlled");
-        assert_eq!(setup.scrapes.len(), 1);
+        assert_eq!(config.scrapes.len(), 1);
     }
 
     #[test]
