@@ -133,17 +133,32 @@ impl ControlLoop {
     }
 
     /// Switches to a new configuration, which [`crate::config::Config::compile`]
-    /// has validated (so the reconfigurations below cannot refuse it): the estimators and the
-    /// controller are reconfigured in place, so classes that stay keep what
-    /// they learnt, and the maps take the new plan.
+    /// has validated: the estimators and the controller are reconfigured, so
+    /// classes that stay keep what they learnt, and the maps take the new
+    /// plan. All or nothing: the new state is built beside the running one
+    /// and taken only once the fast path holds the plan, so a map write the
+    /// kernel refuses leaves the loop, and the maps, as they were.
     pub fn reconfigure(&mut self, plan: Plan, setup: ControlSetup) -> Result<(), ControlLoopError> {
-        self.controller.reconfigure(setup.controller.params().clone(), setup.controller.policies().clone())?;
-        self.estimators.reconfigure(setup.estimators.params().clone(), setup.priors)?;
+        let mut controller = self.controller.clone();
+        controller.reconfigure(setup.controller.params().clone(), setup.controller.policies().clone())?;
+        let mut estimators = self.estimators.clone();
+        estimators.reconfigure(setup.estimators.params().clone(), setup.priors)?;
+        let mut plan = plan;
+        // Rates the controller keeps override the new plan's starting rates.
+        write_rates(&controller, &mut plan);
+        if let Err(error) = self.fastpath.apply(&plan) {
+            // A refused write may have changed some maps before it failed.
+            if let Err(restoring) = self.fastpath.apply(&self.plan) {
+                warn!("putting the running plan back after a refused reconfiguration: {restoring}");
+            }
+            return Err(error.into());
+        }
+        self.controller = controller;
+        self.estimators = estimators;
         self.plan = plan;
         self.tenants = setup.tenants;
         self.inbox.set_classes(self.plan.class_names.iter().cloned());
-        // Rates the controller keeps override the new plan's starting rates.
-        self.publish_rates()
+        Ok(())
     }
 
     /// The plan the maps hold, the controller's rates included.
@@ -277,13 +292,19 @@ impl ControlLoop {
     /// Writes the controller's rates into the plan and the maps (which only
     /// change where a rate did).
     fn publish_rates(&mut self) -> Result<(), ControlLoopError> {
-        for (slot, name) in self.plan.class_names.iter().enumerate() {
-            let Some(rate) = self.controller.rate(name) else { continue };
-            let class = &mut self.plan.classes[slot];
-            let old = class.bucket;
-            class.bucket = BucketParams::new(milli_tokens(rate), old.burst_milli, old.cost_milli);
-        }
+        write_rates(&self.controller, &mut self.plan);
         Ok(self.fastpath.apply(&self.plan)?)
+    }
+}
+
+/// Writes the rates `controller` keeps into `plan`'s buckets; a class it does
+/// not control keeps the plan's rate.
+fn write_rates(controller: &Controller, plan: &mut Plan) {
+    for (slot, name) in plan.class_names.iter().enumerate() {
+        let Some(rate) = controller.rate(name) else { continue };
+        let class = &mut plan.classes[slot];
+        let old = class.bucket;
+        class.bucket = BucketParams::new(milli_tokens(rate), old.burst_milli, old.cost_milli);
     }
 }
 

@@ -418,6 +418,7 @@ impl LiveSignals {
     }
 }
 
+#[derive(Clone)]
 struct Slice {
     /// `now / slice_ms` when this slot was last reset.
     number: u64,
@@ -433,6 +434,7 @@ impl Slice {
     }
 }
 
+#[derive(Clone)]
 struct ClassState {
     prior: ClassPrior,
     ring: Vec<Option<Slice>>,
@@ -481,6 +483,7 @@ impl ClassState {
 }
 
 /// The registry: one estimator per configured class, one version for all.
+#[derive(Clone)]
 pub struct Estimators {
     params: EstimatorParams,
     classes: BTreeMap<String, ClassState>,

@@ -243,6 +243,7 @@ pub struct TickInputs<'a> {
 }
 
 /// Budgets for every class, moved once per tick.
+#[derive(Clone)]
 pub struct Controller {
     params: ControlParams,
     policies: BTreeMap<String, ClassPolicy>,

@@ -61,8 +61,9 @@ pub enum ChangeError {
     /// There is nothing to do it with (e.g. `reload` without a config file).
     #[error("{0}")]
     Unavailable(String),
-    /// Validated, but writing it failed (a map update the kernel refused).
-    #[error("applying the config: {0}")]
+    /// Validated, but writing it failed (a map update the kernel refused);
+    /// the running plan was written back.
+    #[error("applying the config: {0}; the running config stays")]
     Apply(ControlLoopError),
 }
 
@@ -188,8 +189,130 @@ impl Daemon {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::{
+        Arc,
+        atomic::{AtomicBool, Ordering},
+    };
+
+    use shedder_common::maps::PassReason;
+
     use super::*;
-    use crate::{fastpath::memory::MemoryFastpath, telemetry::gpu::NoGpu};
+    use crate::{
+        config::Plan,
+        fastpath::{ClassSnapshot, FastpathError, TenantSnapshot, memory::MemoryFastpath},
+        telemetry::gpu::NoGpu,
+    };
+
+    /// A fast path whose next apply writes the plan and then reports a map
+    /// the kernel refused: the worst a failed write can leave behind.
+    struct RefusesOnce {
+        maps: MemoryFastpath,
+        refuse_next: Arc<AtomicBool>,
+    }
+
+    impl Fastpath for RefusesOnce {
+        fn apply(&mut self, plan: &Plan) -> Result<(), FastpathError> {
+            self.maps.apply(plan)?;
+            match self.refuse_next.swap(false, Ordering::SeqCst) {
+                true => Err(FastpathError::MissingMap("CLASSES")),
+                false => Ok(()),
+            }
+        }
+        fn class_snapshots(&self) -> Result<Vec<ClassSnapshot>, FastpathError> {
+            self.maps.class_snapshots()
+        }
+        fn tenant_snapshots(&self) -> Result<Vec<TenantSnapshot>, FastpathError> {
+            self.maps.tenant_snapshots()
+        }
+        fn pass_counters(&self) -> Result<Vec<(PassReason, u64)>, FastpathError> {
+            self.maps.pass_counters()
+        }
+        fn write_heartbeat(&mut self, now_ns: u64) -> Result<(), FastpathError> {
+            self.maps.write_heartbeat(now_ns)
+        }
+        fn heartbeat(&self) -> Result<u64, FastpathError> {
+            self.maps.heartbeat()
+        }
+        fn placed(&self) -> Option<Plan> {
+            self.maps.placed()
+        }
+        fn attached_to(&self, iface: &str, attachment: Attachment) -> Option<bool> {
+            self.maps.attached_to(iface, attachment)
+        }
+    }
+
+    const TWO_CLASSES: &str = r#"
+        mode = "enforce"
+        default_class = "default"
+        [backend]
+        workers = 8
+        [[class]]
+        name = "default"
+        rate = 5000
+        burst = 500
+        action = "drop"
+        [[class]]
+        name = "ttft"
+        burst = 50
+        action = "reject"
+        deadline_ms = 300
+        tier = "critical"
+        adaptive = { min_rate = 10, max_rate = 400 }
+        prior = { service_p50_ms = 80, service_p95_ms = 150 }
+        [[rule]]
+        class = "ttft"
+        dst_port = 8000
+    "#;
+
+    const A_THIRD_CLASS: &str = r#"
+        [[class]]
+        name = "batch"
+        burst = 10
+        action = "drop"
+        deadline_ms = 30000
+        tier = "sheddable"
+        adaptive = { min_rate = 0, max_rate = 50 }
+        [[rule]]
+        class = "batch"
+        dst_port = 8001
+    "#;
+
+    fn class_names(plan: &Plan) -> Vec<String> {
+        plan.class_names.iter().filter(|name| !name.is_empty()).cloned().collect()
+    }
+
+    #[test]
+    fn a_config_the_fast_path_refuses_changes_nothing_and_the_next_one_applies() {
+        let config = Config::parse(TWO_CLASSES).unwrap();
+        let compiled = config.compile().unwrap();
+        let maps = MemoryFastpath::new();
+        maps.clone().apply(&compiled.plan).unwrap();
+        let refuse_next = Arc::new(AtomicBool::new(false));
+        let fastpath = Box::new(RefusesOnce { maps: maps.clone(), refuse_next: refuse_next.clone() });
+        let gpu = Box::new(NoGpu { reason: "in memory".into() });
+        let mut daemon = Daemon::new(config.clone(), None, compiled, fastpath, gpu);
+        let before = (daemon.control().plan().clone(), daemon.control().controller().policies().clone());
+
+        // A third class, and a new deadline for the one that stays.
+        let wider = TWO_CLASSES.replace("deadline_ms = 300", "deadline_ms = 500") + A_THIRD_CLASS;
+        let wider = Config::parse(&wider).unwrap();
+        refuse_next.store(true, Ordering::SeqCst);
+        let error = daemon.replace_config(wider.clone()).unwrap_err();
+
+        assert!(matches!(error, ChangeError::Apply(_)), "{error:?}");
+        assert!(error.to_string().ends_with("the running config stays"), "{error}");
+        assert_eq!(daemon.config_version(), 1);
+        assert_eq!(daemon.config(), &config);
+        assert_eq!((daemon.control().plan(), daemon.control().controller().policies()), (&before.0, &before.1));
+        let estimated = daemon.control().estimators().estimate_all(daemon.now());
+        assert_eq!(estimated.keys().collect::<Vec<_>>(), ["default", "ttft"]);
+        let held = maps.placed().expect("the maps hold a plan");
+        assert_eq!(class_names(&held), ["default", "ttft"], "the maps went back to the running plan");
+
+        assert_eq!(daemon.replace_config(wider).unwrap(), 2);
+        assert_eq!(class_names(&maps.placed().unwrap()), ["default", "ttft", "batch"]);
+        assert!(daemon.control().controller().policies().contains_key("batch"));
+    }
 
     #[test]
     fn a_bad_config_file_is_named_once_and_changes_nothing() {
