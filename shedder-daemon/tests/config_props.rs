@@ -109,7 +109,7 @@ fn tenant(i: usize) -> impl Strategy<Value = TenantSpec> {
 
 /// A rule with exactly one match field, and the position of its class.
 fn rule() -> impl Strategy<Value = (usize, RuleSpec)> {
-    let port = prop_oneof![Just(0u16), Just(80), Just(8000), Just(8001), Just(65535), any::<u16>()];
+    let port = prop_oneof![Just(1u16), Just(80), Just(8000), Just(8001), Just(65535), 1u16..];
     let fields = prop_oneof![
         cidr().prop_map(|n| (Some(n), None, None)),
         port.prop_map(|p| (None, Some(p), None)),
@@ -143,11 +143,13 @@ enum Defect {
     DuplicateName,
     BlankName,
     MarkWithoutDscp,
+    MarkOnAnotherAction,
     MarkDscp(u8),
     UnknownDefaultClass,
     RuleToUnknownClass,
     CidrWithHostBits,
     DuplicatePort,
+    PortZero,
     RuleDscp(u8),
     RuleWithoutMatch,
     RuleWithTwoMatches,
@@ -185,6 +187,8 @@ fn defect() -> impl Strategy<Value = Defect> {
             RuleToUnknownClass,
             CidrWithHostBits,
             DuplicatePort,
+            PortZero,
+            MarkOnAnotherAction,
             RuleWithoutMatch,
             RuleWithTwoMatches,
             AdaptiveWithoutDeadline,
@@ -235,6 +239,7 @@ fn inflict(config: &mut Config, defect: Defect, at: usize) {
         }
         Defect::BlankName => class.name = [" ", ""][at % 2].to_string(),
         Defect::MarkWithoutDscp => (class.action, class.mark_dscp) = (ActionName::Mark, None),
+        Defect::MarkOnAnotherAction => (class.action, class.mark_dscp) = (ActionName::Drop, Some(10)),
         Defect::MarkDscp(d) => class.mark_dscp = Some(d),
         Defect::UnknownDefaultClass => config.default_class = "nope".into(),
         Defect::RuleToUnknownClass => some_rule(config, at).class = "nope".into(),
@@ -243,8 +248,12 @@ fn inflict(config: &mut Config, defect: Defect, at: usize) {
             (rule.src_cidr, rule.dst_port, rule.dscp) = (Some("10.9.9.1/24".parse().unwrap()), None, None);
         }
         Defect::DuplicatePort => {
-            let rule = RuleSpec { src_cidr: None, dst_port: Some(0), dscp: None, ..some_rule(config, at).clone() };
+            let rule = RuleSpec { src_cidr: None, dst_port: Some(1), dscp: None, ..some_rule(config, at).clone() };
             config.rules.extend([rule.clone(), rule]);
+        }
+        Defect::PortZero => {
+            let rule = some_rule(config, at);
+            (rule.src_cidr, rule.dst_port, rule.dscp) = (None, Some(0), None);
         }
         Defect::RuleDscp(d) => {
             let rule = some_rule(config, at);

@@ -14,7 +14,7 @@ use super::protocol::{
 use super::status::StatusCache;
 use crate::{
     admit::{AdmitPolicy, AdmitRequest, QueueAge, Verdict, admit, ledger::Asked},
-    config::{Config, TenantSpec},
+    config::{ActionName, Config, TenantSpec},
     control::MAX_JOBS,
     daemon::{ChangeError, Daemon},
     telemetry::samples::SampleError,
@@ -122,6 +122,10 @@ pub fn set_class(config: &Config, patch: &SetClass) -> Result<Config, ApiError> 
     }
     if let Some(action) = patch.action {
         class.action = action;
+        // Leaving `mark`, the codepoint goes with it, unless the patch sets one.
+        if action != ActionName::Mark {
+            class.mark_dscp = None;
+        }
     }
     if let Some(dscp) = patch.mark_dscp {
         class.mark_dscp = dscp;

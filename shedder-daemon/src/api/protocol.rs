@@ -233,7 +233,7 @@ pub struct SetClass {
     #[arg(long, value_parser = args::amount)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<f64>,
-    /// drop | reject | mark
+    /// drop | reject | mark (leaving mark clears mark_dscp, unless it is set too)
     #[arg(long, value_parser = args::json_word::<ActionName>)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<ActionName>,

@@ -110,6 +110,17 @@ pub enum ActionName {
     Mark,
 }
 
+impl ActionName {
+    /// As the config spells it.
+    pub fn word(self) -> &'static str {
+        match self {
+            ActionName::Drop => "drop",
+            ActionName::Reject => "reject",
+            ActionName::Mark => "mark",
+        }
+    }
+}
+
 impl From<ActionName> for Action {
     fn from(a: ActionName) -> Self {
         match a {
@@ -541,8 +552,16 @@ fn class_config(class: &ClassSpec, field: &dyn Fn(&str) -> String) -> Result<Cla
         return fail(field("mark_dscp"), format!("{dscp} is not a DSCP codepoint (0..=63)"));
     }
     let mark_dscp = match (class.action, class.mark_dscp) {
+        (ActionName::Mark, Some(dscp)) => dscp,
         (ActionName::Mark, None) => return fail(field("mark_dscp"), "required when action = \"mark\""),
-        (_, dscp) => dscp.unwrap_or(0),
+        (_, None) => 0,
+        // Silently ignored, it would read as a mark the class never writes.
+        (action, Some(_)) => {
+            return fail(
+                field("mark_dscp"),
+                format!("only means something with action = \"mark\" (this class's action is \"{}\")", action.word()),
+            );
+        }
     };
     Ok(ClassConfig {
         bucket: BucketParams::new(rate, burst, cost),
@@ -577,6 +596,12 @@ fn add_rule(plan: &mut Plan, i: usize, rule: &RuleSpec) -> Result<(), ConfigErro
             }
         }
         (None, Some(port), None) => {
+            if port == 0 {
+                return fail(
+                    field("dst_port"),
+                    "0 matches no connection (ports run 1 to 65535); to class every port, name the class as default_class",
+                );
+            }
             if plan.dst_ports.insert(port, target).is_some() {
                 return duplicate(format!("destination port {port}"));
             }
@@ -826,9 +851,11 @@ pub(crate) mod tests {
             ("[[class]]\nname = \"x\"\nrate = 1\nburst = 1\ncost = 0\naction = \"drop\"", "class[2].cost"),
             ("[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"mark\"", "class[2].mark_dscp"),
             ("[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"mark\"\nmark_dscp = 64", "class[2].mark_dscp"),
+            ("[[class]]\nname = \"x\"\nrate = 1\nburst = 1\naction = \"drop\"\nmark_dscp = 10", "class[2].mark_dscp"),
             ("[[class]]\nname = \"x\"\nrate = 0.0001\nburst = 1\naction = \"drop\"", "class[2].rate"),
             ("[[rule]]\nclass = \"nope\"\ndst_port = 1", "rule[2].class"),
             ("[[rule]]\nclass = \"web\"\ndst_port = 8000", "rule[2]"),
+            ("[[rule]]\nclass = \"web\"\ndst_port = 0", "rule[2].dst_port"),
             ("[[rule]]\nclass = \"web\"\ndst_port = 1\ndscp = 3", "rule[2]"),
             ("[[rule]]\nclass = \"web\"", "rule[2]"),
             ("[[rule]]\nclass = \"web\"\nsrc_cidr = \"10.1.2.3/16\"", "rule[2].src_cidr"),
