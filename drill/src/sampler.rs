@@ -1,21 +1,16 @@
-//! Service times: a lognormal fitted to a class's declared p50 and p95.
-//!
-//! A lognormal's median is `exp(mu)` and its p95 is `exp(mu + z95 * sigma)`,
-//! so the fit is exact: `mu = ln p50`, `sigma = ln(p95 / p50) / z95`.
+//! Service times: the lognormal through a class's declared p50 and p95
+//! ([`Lognormal`]), drawn by `rand_distr`, whose stream a seed's job plan is.
 
 use rand::Rng;
 use rand_distr::{Distribution, LogNormal};
+use shedder_daemon::lognormal::Lognormal;
 
 use crate::workload::ServiceTime;
-
-/// The standard normal's 95th percentile.
-pub const Z95: f64 = 1.644_853_626_951_472_2;
 
 /// Draws service times, in the unit of the quantiles it was fitted to.
 #[derive(Debug, Clone, Copy)]
 pub struct ServiceSampler {
-    mu: f64,
-    sigma: f64,
+    fit: Lognormal,
     lognormal: LogNormal<f64>,
 }
 
@@ -23,11 +18,10 @@ impl ServiceSampler {
     /// Fits the lognormal; `p95` must exceed `p50 > 0` (the workload's
     /// validation guarantees it), so this panics otherwise.
     pub fn from_quantiles(p50: f64, p95: f64) -> Self {
-        assert!(p50 > 0.0 && p95 > p50, "a lognormal needs 0 < p50 < p95, got p50 {p50}, p95 {p95}");
-        let mu = p50.ln();
-        let sigma = (p95 / p50).ln() / Z95;
-        let lognormal = LogNormal::new(mu, sigma).expect("sigma is positive and finite");
-        Self { mu, sigma, lognormal }
+        let fit = Lognormal::through(p50, p95)
+            .unwrap_or_else(|| panic!("a lognormal needs 0 < p50 < p95, got p50 {p50}, p95 {p95}"));
+        let lognormal = LogNormal::new(fit.mu(), fit.sigma).expect("sigma is positive and finite");
+        Self { fit, lognormal }
     }
 
     /// The sampler for a class's declared service time (without the tail).
@@ -35,10 +29,9 @@ impl ServiceSampler {
         Self::from_quantiles(service.p50_ms, service.p95_ms)
     }
 
-    /// The distribution's mean, `exp(mu + sigma² / 2)`: above the median,
-    /// because the right tail is long.
+    /// The distribution's mean: above the median, because the right tail is long.
     pub fn mean(&self) -> f64 {
-        (self.mu + self.sigma * self.sigma / 2.0).exp()
+        self.fit.mean()
     }
 
     pub fn sample<R: Rng + ?Sized>(&self, rng: &mut R) -> f64 {

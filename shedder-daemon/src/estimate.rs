@@ -750,8 +750,9 @@ impl Estimators {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lognormal::Lognormal;
+    use rand::SeedableRng;
     use rand::rngs::SmallRng;
-    use rand::{RngExt, SeedableRng};
 
     fn at(ms: u64) -> Duration {
         Duration::from_millis(ms)
@@ -765,24 +766,15 @@ mod tests {
         Observation::Service { ms, count: 1 }
     }
 
-    /// Lognormal draw by Box–Muller: the drill's service distribution.
-    fn lognormal(rng: &mut SmallRng, mu: f64, sigma: f64) -> f64 {
-        let u1: f64 = 1.0 - rng.random::<f64>();
-        let u2: f64 = rng.random();
-        let z = (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos();
-        (mu + sigma * z).exp()
-    }
-
     #[test]
     fn quantiles_of_a_lognormal_are_within_a_few_percent() {
         // The drill's service time: p50 120 ms, p95 400 ms.
-        let mu = 120f64.ln();
-        let sigma = (400f64 / 120.0).ln() / crate::service_curve::Z95;
+        let service_time = Lognormal::through(120.0, 400.0).unwrap();
         let mut est = one_class(EstimatorParams::default(), ClassPrior::default());
         let mut rng = SmallRng::seed_from_u64(7);
         let mut exact = Vec::new();
         for i in 0..50_000u64 {
-            let v = lognormal(&mut rng, mu, sigma);
+            let v = service_time.draw(&mut rng);
             exact.push(v);
             // 50,000 samples inside one 10 s window.
             est.observe_one(at(i / 10), "interactive", &service(v)).unwrap();

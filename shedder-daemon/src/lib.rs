@@ -9,6 +9,7 @@
 //! * [`estimate`]: per-class sliding-window quantiles of queue age and service time.
 //! * [`sketch`]: a quantile sketch of times whose quantiles read in one pass.
 //! * [`service_curve`]: a service-time distribution as P(service ≤ t) and a mean.
+//! * [`lognormal`]: the lognormal through a declared p50 and p95.
 //! * [`control`]: deadline slack, the budget law and the GPU gate.
 //! * [`control_loop`]: the per-tick work that ties them to the fast path.
 //! * [`daemon`]: the running daemon, its owner loop, and the handle other tasks reach it by.
@@ -44,6 +45,7 @@ pub mod fleet;
 pub mod hook_watch;
 pub mod listen;
 pub mod lock;
+pub mod lognormal;
 pub mod metrics;
 pub mod pin;
 pub mod privilege;

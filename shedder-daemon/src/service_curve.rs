@@ -10,7 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::sketch::Sketch;
+use crate::{lognormal::Lognormal, sketch::Sketch};
 
 /// The table holds a quantile for every whole percent, 1% to 99%: fine
 /// enough that a curve with a jump (a quarter of jobs far slower than the
@@ -24,9 +24,6 @@ fn grid(i: usize) -> f64 {
 /// Standard errors by which a recent mean must differ from the window's to
 /// be read as a shift rather than noise.
 pub const MEAN_SHIFT_DEVIATIONS: f64 = 3.0;
-
-/// The standard normal's 95th percentile: a lognormal's σ from its p50 and p95.
-pub const Z95: f64 = 1.644_853_6;
 
 /// Service time as a curve. All times in ms.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -52,12 +49,11 @@ impl ServiceCurve {
     /// and a point mass at its p95 is the cautious one.
     pub fn lognormal(p50: Option<f64>, p95: f64) -> Self {
         let p95 = p95.max(0.0);
-        let Some(p50) = p50.filter(|p50| *p50 > 0.0 && *p50 < p95) else {
+        let Some(fit) = p50.and_then(|p50| Lognormal::through(p50, p95)) else {
             return ServiceCurve { quantiles: vec![p95; GRID_STEPS], mean_ms: p95 };
         };
-        let sigma = (p95 / p50).ln() / Z95;
-        let quantiles = (0..GRID_STEPS).map(|i| p50 * (sigma * normal_quantile(grid(i))).exp()).collect();
-        ServiceCurve { quantiles, mean_ms: p50 * (sigma * sigma / 2.0).exp() }
+        let quantiles = (0..GRID_STEPS).map(|i| fit.quantile(grid(i))).collect();
+        ServiceCurve { quantiles, mean_ms: fit.mean() }
     }
 
     /// This window's curve read with a recent horizon of `recent_jobs` jobs
@@ -163,12 +159,6 @@ fn monotone(values: &mut [f64]) {
     for i in 1..values.len() {
         values[i] = values[i].max(values[i - 1]);
     }
-}
-
-/// The standard normal's quantile.
-fn normal_quantile(p: f64) -> f64 {
-    use statrs::distribution::{ContinuousCDF, Normal};
-    Normal::standard().inverse_cdf(p)
 }
 
 #[cfg(test)]

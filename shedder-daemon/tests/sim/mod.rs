@@ -22,7 +22,7 @@ use rand::{RngExt, SeedableRng};
 use shedder_daemon::admit::{AdmitPolicy, AdmitRequest, QueueAge, Verdict, admit};
 use shedder_daemon::control::{Action, Budget, ClassPolicy, ControlParams, Controller, Decision, TickInputs, Tier};
 use shedder_daemon::estimate::{ClassPrior, EstimatorParams, Estimators};
-use shedder_daemon::service_curve::Z95;
+use shedder_daemon::lognormal::{Lognormal, standard_normal};
 use shedder_daemon::telemetry::Observation;
 
 pub const TICK_MS: u64 = 100;
@@ -162,6 +162,7 @@ fn plan(w: &Workload, seed: u64) -> Vec<Job> {
     let mut jobs = Vec::new();
     for (i, c) in w.classes.iter().enumerate() {
         let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(i as u64));
+        let service_time = Lognormal::through(c.p50_ms, c.p95_ms).expect("a class's p95 is above its p50");
         let mut t = 0.0;
         loop {
             let rate = c.rate_at(t).max(1e-9);
@@ -169,7 +170,7 @@ fn plan(w: &Workload, seed: u64) -> Vec<Job> {
             if t >= w.duration_s {
                 break;
             }
-            let mut service = lognormal(&mut rng, c.p50_ms, c.p95_ms);
+            let mut service = service_time.draw(&mut rng);
             if let Some((fraction, ms, from, to)) = c.tail
                 && (from..to).contains(&t)
                 && rng.random::<f64>() < fraction
@@ -181,18 +182,6 @@ fn plan(w: &Workload, seed: u64) -> Vec<Job> {
     }
     jobs.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms));
     jobs
-}
-
-fn lognormal(rng: &mut SmallRng, p50: f64, p95: f64) -> f64 {
-    let sigma = (p95 / p50).ln() / Z95;
-    (p50.ln() + sigma * standard_normal(rng)).exp()
-}
-
-/// Box–Muller.
-fn standard_normal(rng: &mut SmallRng) -> f64 {
-    let u1: f64 = 1.0 - rng.random::<f64>();
-    let u2: f64 = rng.random();
-    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f64::consts::PI * u2).cos()
 }
 
 /// The service-blind, class-aware bound on on-time completions of jobs
