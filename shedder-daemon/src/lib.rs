@@ -25,6 +25,7 @@
 //! * [`privilege`]: the capabilities kept once attached, and dropping the rest.
 //! * [`clock`]: the clock the fast path's buckets run on.
 //! * [`tenant`]: tenants from the config, and the rates lent between them each tick.
+//! * [`water_fill`]: sharing an amount by weight, each up to its room.
 
 // The library is the daemon's own code, documented for its developers: its
 // docs link the private modules that explain each mechanism.
@@ -55,3 +56,4 @@ pub mod sketch;
 pub mod telemetry;
 pub mod tenant;
 pub mod top;
+pub mod water_fill;

@@ -21,6 +21,7 @@
 //! keeps less: [`super::share`].)
 
 use super::tier::Tier;
+use crate::water_fill::water_fill;
 
 /// What a class asks of the backend.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -58,28 +59,12 @@ pub fn allocate(capacity: f64, claims: &[Claim]) -> Vec<f64> {
     tiers.sort();
     tiers.dedup();
     for tier in tiers {
-        let used: f64 = shares.iter().sum();
-        let mut left = (capacity - used).max(0.0);
-        // Water-filling: give every unsatisfied claim `level · weight`,
-        // raising the level until the tier's claims or the capacity run out.
-        let mut open: Vec<usize> = (0..claims.len()).filter(|&i| claims[i].tier == tier).collect();
-        while !open.is_empty() && left > 0.0 {
-            let weights: f64 = open.iter().map(|&i| claims[i].weight).sum();
-            let level = left / weights;
-            let (full, partial): (Vec<usize>, Vec<usize>) =
-                open.iter().partition(|&&i| claims[i].demand - shares[i] <= level * claims[i].weight);
-            if full.is_empty() {
-                for &i in &partial {
-                    shares[i] += level * claims[i].weight;
-                }
-                left = 0.0;
-                break;
-            }
-            for &i in &full {
-                left -= claims[i].demand - shares[i];
-                shares[i] = claims[i].demand;
-            }
-            open = partial;
+        let left = (capacity - shares.iter().sum::<f64>()).max(0.0);
+        let in_tier = |i: usize| claims[i].tier == tier;
+        let rooms: Vec<f64> = (0..claims.len()).map(|i| if in_tier(i) { claims[i].demand } else { 0.0 }).collect();
+        let weights: Vec<f64> = claims.iter().map(|c| c.weight).collect();
+        for (share, poured) in shares.iter_mut().zip(water_fill(left, &rooms, &weights)) {
+            *share += poured;
         }
     }
     shares

@@ -5,6 +5,8 @@
 //! function from shares, weights and measured demand to rates, whose rates
 //! never add up to more than the shares do.
 
+use crate::water_fill::water_fill;
+
 /// What the config says of a tenant's budget before any lending.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TenantPolicy {
@@ -83,32 +85,18 @@ pub fn lend(shares: &[f64], weights: &[f64], demand: &[Option<f64>], may_borrow:
         return shares.to_vec();
     };
     let kept: Vec<f64> = (0..n).map(|i| shares[i].min((demand[i] * HEADROOM).max(shares[i] * KEPT_FLOOR))).collect();
-    let mut rates = kept.clone();
-    let mut spare: f64 = shares.iter().zip(&kept).map(|(s, k)| s - k).sum();
-    // Water-filling: at most n rounds, as each round either spends the spare
-    // or caps at least one tenant at its demand.
-    // A tenant with no share of its own is closed: nothing is lent to it.
-    let mut hungry: Vec<usize> =
-        (0..n).filter(|i| shares[*i] > 0.0 && may_borrow[*i] && demand[*i] > rates[*i]).collect();
-    for _ in 0..n {
-        let weight: f64 = hungry.iter().map(|i| weights[*i]).sum();
-        if hungry.is_empty() || spare <= 0.0 || weight <= 0.0 {
-            break;
-        }
-        let level = spare / weight;
-        let mut given = 0.0;
-        for i in &hungry {
-            let take = (level * weights[*i]).min(demand[*i] - rates[*i]);
-            rates[*i] += take;
-            given += take;
-        }
-        spare -= given;
-        hungry.retain(|i| demand[*i] > rates[*i] * (1.0 + 1e-12));
-    }
     let unused: f64 = shares.iter().zip(&kept).map(|(s, k)| s - k).sum();
-    if spare > 0.0 && unused > 0.0 {
+    // A tenant with no share of its own is closed: nothing is lent to it.
+    let room = |i: usize| match shares[i] > 0.0 && may_borrow[i] {
+        true => (demand[i] - kept[i]).max(0.0),
+        false => 0.0,
+    };
+    let lent = water_fill(unused, &(0..n).map(room).collect::<Vec<_>>(), weights);
+    let mut rates: Vec<f64> = kept.iter().zip(&lent).map(|(k, l)| k + l).collect();
+    let left = unused - lent.iter().sum::<f64>();
+    if left > 0.0 && unused > 0.0 {
         for i in 0..n {
-            rates[i] += spare * (shares[i] - kept[i]) / unused;
+            rates[i] += left * (shares[i] - kept[i]) / unused;
         }
     }
     rates
