@@ -119,6 +119,15 @@ impl Default for GlobalConfig {
     }
 }
 
+/// How much a counter grew from the reading `then` to `now`. The counters
+/// only grow while their map lives; one that reads lower was started again
+/// (a daemon restarted without its pins, a class given a fresh slot), so it
+/// counts from zero. (Host side: the program only adds.)
+#[cfg(feature = "user")]
+pub fn counted_since(now: u64, then: u64) -> u64 {
+    if now >= then { now - then } else { now }
+}
+
 /// What happened to the classified SYNs of one class, per CPU.
 /// Every SYN lands in exactly one outcome, so the outcomes sum to `seen`;
 /// `resent` says how many of them were sent again after a drop.
@@ -319,6 +328,15 @@ mod tests {
     fn pass_reason_table_is_complete_and_dense() {
         for (i, r) in PassReason::ALL.iter().enumerate() {
             assert_eq!(*r as usize, i, "{}", r.name());
+        }
+    }
+
+    #[test]
+    #[cfg(feature = "user")]
+    fn a_counter_that_went_back_counts_from_zero() {
+        // (now, then, counted)
+        for (now, then, counted) in [(10, 4, 6), (4, 4, 0), (3, 10, 3), (0, 10, 0), (u64::MAX, 0, u64::MAX)] {
+            assert_eq!(counted_since(now, then), counted, "{then} -> {now}");
         }
     }
 

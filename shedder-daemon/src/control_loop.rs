@@ -13,7 +13,10 @@ use std::{
     time::Duration,
 };
 
-use shedder_common::bucket::{BucketParams, milli_tokens};
+use shedder_common::{
+    bucket::{BucketParams, milli_tokens},
+    maps::counted_since,
+};
 use tracing::warn;
 
 use crate::{
@@ -342,7 +345,7 @@ impl CounterRates {
         }
         // A class first counted since `then` started from zero.
         new.iter()
-            .map(|(class, n)| (class.clone(), n.saturating_sub(old.get(class).copied().unwrap_or(0)) as f64 / span))
+            .map(|(class, n)| (class.clone(), counted_since(*n, old.get(class).copied().unwrap_or(0)) as f64 / span))
             .collect()
     }
 

@@ -9,6 +9,7 @@ use std::{
 };
 
 use serde_json::Value;
+use shedder_common::maps::counted_since;
 
 use crate::api::protocol::{Changed, ClassStatus, ErrorCode, ModeOrInherit, StatusAnswer, TenantStatus, decode};
 use crate::config::ModeName;
@@ -86,10 +87,9 @@ impl TenantCounters {
     }
 }
 
-/// A counter's rate over `secs`; one that went back (a restarted, unpinned
-/// daemon) counts from zero.
+/// A counter's rate over `secs`.
 fn per_s(now: u64, then: u64, secs: f64) -> f64 {
-    if now >= then { (now - then) as f64 / secs } else { now as f64 / secs }
+    counted_since(now, then) as f64 / secs
 }
 
 /// Whether the last poll reached the daemon.
