@@ -7,7 +7,7 @@ mod memory_bed;
 
 use memory_bed::{daemon, scrape_metrics, syn};
 use shedder_common::verdict::Outcome::{Admitted, Dropped, Rejected};
-use shedder_daemon::telemetry::samples::JobSample;
+use shedder_daemon::telemetry::{ClassObservations, Observation, samples::JobSample};
 
 /// `open` takes everything but port 8000, which `closed` refuses with an
 /// RST, and port 7000, which `silent` drops; every connection also belongs
@@ -114,6 +114,9 @@ fn the_scrape_counts_what_the_fast_path_did_and_the_servers_pushed() {
     let retried =
         JobSample { class: "open".into(), queue_age_ms: 40.0, service_ms: 300.0, late_by_ms: None, attempt: 2 };
     daemon.control().inbox().push(vec![retried; 3]).unwrap();
+    // A scraped bucket's increase: many jobs at one value, each counted.
+    let scraped = Observation::Service { ms: 120.0, count: 50_000 };
+    daemon.observe(&[ClassObservations { class: "open".into(), observations: vec![scraped] }]);
     daemon.tick().unwrap();
 
     let body = scrape_metrics(daemon);
@@ -129,7 +132,7 @@ fn the_scrape_counts_what_the_fast_path_did_and_the_servers_pushed() {
     let service = metrics.samples.iter().find(|s| s.metric == "shedder_service_seconds").expect("service histogram");
     match &service.value {
         prometheus_parse::Value::Histogram(buckets) => {
-            assert_eq!(buckets.last().map(|b| b.count), Some(3.0), "three service samples: {buckets:?}")
+            assert_eq!(buckets.last().map(|b| b.count), Some(50_003.0), "three samples and a bucket: {buckets:?}")
         }
         other => panic!("shedder_service_seconds is a histogram, not {other:?}"),
     }

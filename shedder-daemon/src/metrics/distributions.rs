@@ -4,14 +4,11 @@
 
 use prometheus_client::{
     encoding::EncodeLabelSet,
-    metrics::{
-        counter::Counter,
-        family::Family,
-        histogram::{Histogram, exponential_buckets},
-    },
+    metrics::{counter::Counter, family::Family, histogram::exponential_buckets},
     registry::Registry,
 };
 
+use super::counted_histogram::CountedHistogram;
 use crate::telemetry::{ClassObservations, Observation};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -31,21 +28,21 @@ pub(super) struct OutcomeLabel {
     pub outcome: &'static str,
 }
 
-type Histograms = Family<ClassLabel, Histogram, fn() -> Histogram>;
+type Histograms = Family<ClassLabel, CountedHistogram, fn() -> CountedHistogram>;
 
 /// Seconds from 5 ms to about 80 s, doubling: queue ages, service times and
 /// lateness of inference jobs all fall in there.
-fn seconds_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(0.005, 2.0, 15))
+fn seconds_histogram() -> CountedHistogram {
+    CountedHistogram::new(exponential_buckets(0.005, 2.0, 15))
 }
 
 /// Slack spans negative values too: symmetric buckets around zero, seconds.
-fn slack_histogram() -> Histogram {
+fn slack_histogram() -> CountedHistogram {
     let positive: Vec<f64> = exponential_buckets(0.01, 2.0, 13).collect();
     let mut buckets: Vec<f64> = positive.iter().rev().map(|b| -b).collect();
     buckets.push(0.0);
     buckets.extend(positive);
-    Histogram::new(buckets)
+    CountedHistogram::new(buckets)
 }
 
 /// Distributions fed as they happen. Cloning shares the underlying metrics.
@@ -118,7 +115,7 @@ impl Distributions {
 
     /// Records a job-level admission answer (`admit`): its slack and verdict.
     pub fn observe_admission(&self, class: &str, slack_ms: f64, verdict: &str) {
-        self.slack_at_admission.get_or_create(&ClassLabel { class: class.into() }).observe(slack_ms / 1000.0);
+        self.slack_at_admission.get_or_create(&ClassLabel { class: class.into() }).observe(slack_ms / 1000.0, 1);
         self.admissions.get_or_create(&VerdictLabel { class: class.into(), verdict: verdict.into() }).inc();
     }
 
@@ -147,8 +144,5 @@ impl Distributions {
 
 /// A histogram bucket from a scrape stands for `count` jobs at one value.
 fn observe_n(family: &Histograms, class: &ClassLabel, ms: f64, count: u64) {
-    let histogram = family.get_or_create(class);
-    for _ in 0..count.min(10_000) {
-        histogram.observe(ms / 1000.0);
-    }
+    family.get_or_create(class).observe(ms / 1000.0, count);
 }

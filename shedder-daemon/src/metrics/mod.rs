@@ -31,6 +31,7 @@ use std::sync::atomic::AtomicU64;
 use tokio::sync::Semaphore;
 use tracing::debug;
 
+mod counted_histogram;
 pub mod distributions;
 
 use distributions::{ClassLabel, OutcomeLabel};
