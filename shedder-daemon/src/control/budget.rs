@@ -15,8 +15,11 @@ use super::reserve::Reserve;
 use super::slack::Slack;
 use super::starts::{Backend, StartLog};
 
-/// A starved budget's rise per tick.
+/// A starved budget rises by this factor...
 const PROBE_STEP: f64 = 1.25;
+/// ...every this many seconds it starves: by time, not by tick, so a longer
+/// `tick_ms` does not slow it (9.3× a second) nor a shorter one hurry it.
+const PROBE_STEP_S: f64 = 0.1;
 
 /// What the tick found that every class's budget is set from.
 pub(super) struct TickFacts<'a> {
@@ -38,6 +41,8 @@ pub(super) struct TickFacts<'a> {
     pub binding: bool,
     /// The budgets' headroom over what an allotment finishes.
     pub headroom: f64,
+    /// Seconds since the last tick.
+    pub dt_s: f64,
 }
 
 /// One class as its budget sees it.
@@ -90,7 +95,9 @@ pub(super) fn adaptive(tick: &TickFacts, class: &ClassFacts, probe: &mut f64, ma
         Backend::Full if backlogged => 0.0,
         // Never past the most the class may admit: a probe left to grow
         // for minutes reached infinity in the decisions' words.
-        Backend::Starved if refusing => (probe.max(class.published) * PROBE_STEP).min(max_rate),
+        Backend::Starved if refusing => {
+            (probe.max(class.published) * PROBE_STEP.powf(tick.dt_s / PROBE_STEP_S)).min(max_rate)
+        }
         _ => *probe,
     };
     // The jobs/s the allotment finishes.

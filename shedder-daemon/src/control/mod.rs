@@ -406,6 +406,7 @@ impl Controller {
             backlogged: plan.backlogged,
             binding: sharing.binding,
             headroom: sharing.headroom,
+            dt_s,
         };
         let contested = if !reading.capacity_trusted() {
             1.0

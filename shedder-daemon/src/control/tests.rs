@@ -501,45 +501,50 @@ fn demand_over_capacity_without_a_backlog_or_a_cut_says_why_it_does_not_bind() {
 fn a_budget_that_starves_the_backend_is_raised_until_the_workers_fill() {
     // Eight workers; the estimates still read a backlog (queue p95 1 s, a
     // lagging horizon) while the class is refused 40 of its 100 jobs/s.
-    let params = ControlParams { workers: Some(8.0), ..ControlParams::default() };
-    let mut c = Controller::new(params, BTreeMap::from([("chat".to_string(), adaptive(1.0, 400.0, false))])).unwrap();
-    let est = BTreeMap::from([("chat".to_string(), estimate("chat", 1_000.0, 400.0))]);
-    let (offered, admitted) =
-        (BTreeMap::from([("chat".to_string(), 100.0)]), BTreeMap::from([("chat".to_string(), 60.0)]));
-    let mut at = 0;
-    let mut tick_with = |c: &mut Controller, starts: &[f64]| {
-        at += 100;
-        let inputs = TickInputs {
-            estimates: &est,
-            gpu: &[],
-            admitted: &admitted,
-            offered: &offered,
-            wasted: &BTreeMap::new(),
-            trimmed: &BTreeMap::new(),
-            starts,
+    // The raise goes by time, a quarter every 100 ms, whatever the tick.
+    for step_ms in [100, 200, 300] {
+        let rise = 1.25f64.powf(step_ms as f64 / 100.0);
+        let params = ControlParams { workers: Some(8.0), tick_ms: step_ms, ..ControlParams::default() };
+        let policies = BTreeMap::from([("chat".to_string(), adaptive(1.0, 400.0, false))]);
+        let mut c = Controller::new(params, policies).unwrap();
+        let est = BTreeMap::from([("chat".to_string(), estimate("chat", 1_000.0, 400.0))]);
+        let (offered, admitted) =
+            (BTreeMap::from([("chat".to_string(), 100.0)]), BTreeMap::from([("chat".to_string(), 60.0)]));
+        let mut at = 0;
+        let mut tick_with = |c: &mut Controller, starts: &[f64]| {
+            at += step_ms;
+            let inputs = TickInputs {
+                estimates: &est,
+                gpu: &[],
+                admitted: &admitted,
+                offered: &offered,
+                wasted: &BTreeMap::new(),
+                trimmed: &BTreeMap::new(),
+                starts,
+            };
+            c.tick(ms(at), &inputs)
         };
-        c.tick(ms(at), &inputs)
-    };
-    // Every start found the backend full: the model's budget holds.
-    tick_with(&mut c, &[7.0; 8]);
-    let model = c.rate("chat").unwrap();
-    assert!(model < 100.0, "{model}");
-    tick_with(&mut c, &[7.0; 8]);
-    assert_eq!(c.rate("chat"), Some(model), "a full backend: no raise");
-    // Eight starts in a row with six workers free: raised a quarter a tick.
-    let d = tick_with(&mut c, &[1.0; 8]);
-    let raised = c.rate("chat").unwrap();
-    assert!((raised - model * 1.25).abs() < 1e-6, "{raised} against {model}");
-    assert!(d[0].reason.contains("workers were free under it"), "{}", d[0].reason);
-    tick_with(&mut c, &[1.0; 4]);
-    let twice = model * 1.25 * 1.25;
-    assert!((c.rate("chat").unwrap() - twice).abs() < 1e-6);
-    // A tick without starts says nothing new: held.
-    tick_with(&mut c, &[]);
-    assert!((c.rate("chat").unwrap() - twice).abs() < 1e-6);
-    // A start found every worker taken, and the queue stands: back to the model.
-    tick_with(&mut c, &[7.0, 1.0]);
-    assert_eq!(c.rate("chat"), Some(model));
+        // Every start found the backend full: the model's budget holds.
+        tick_with(&mut c, &[7.0; 8]);
+        let model = c.rate("chat").unwrap();
+        assert!(model < 100.0, "{step_ms} ms ticks: {model}");
+        tick_with(&mut c, &[7.0; 8]);
+        assert_eq!(c.rate("chat"), Some(model), "{step_ms} ms ticks: a full backend, no raise");
+        // Eight starts in a row with six workers free: raised.
+        let d = tick_with(&mut c, &[1.0; 8]);
+        let raised = c.rate("chat").unwrap();
+        assert!((raised - model * rise).abs() < 1e-6, "{step_ms} ms ticks: {raised} against {model}: {d:?}");
+        assert!(d[0].reason.contains("workers were free under it"), "{}", d[0].reason);
+        tick_with(&mut c, &[1.0; 4]);
+        let twice = model * rise * rise;
+        assert!((c.rate("chat").unwrap() - twice).abs() < 1e-6, "{step_ms} ms ticks");
+        // A tick without starts says nothing new: held.
+        tick_with(&mut c, &[]);
+        assert!((c.rate("chat").unwrap() - twice).abs() < 1e-6, "{step_ms} ms ticks");
+        // A start found every worker taken, and the queue stands: back to the model.
+        tick_with(&mut c, &[7.0, 1.0]);
+        assert_eq!(c.rate("chat"), Some(model), "{step_ms} ms ticks");
+    }
 }
 
 #[test]
