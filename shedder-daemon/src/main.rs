@@ -1,7 +1,12 @@
 //! `shedder`: the daemon binary. Argument parsing only; the daemon, its loop
 //! and the other commands live in the library.
 
-use std::{io::IsTerminal, net::SocketAddr, path::PathBuf, time::Duration};
+use std::{
+    io::IsTerminal,
+    net::{IpAddr, Ipv6Addr, SocketAddr},
+    path::PathBuf,
+    time::Duration,
+};
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
@@ -37,8 +42,9 @@ enum Command {
         /// Seconds between counter reports.
         #[arg(long, default_value = "5", value_parser = parse_period)]
         report_every: Duration,
-        /// Where Prometheus scrapes `GET /metrics`.
-        #[arg(long, default_value = "127.0.0.1:9464")]
+        /// Where Prometheus scrapes `GET /metrics`: HOST:PORT, an IPv6 HOST
+        /// in brackets or not ([fd00::1]:9464, fd00::1:9464).
+        #[arg(long, default_value = "127.0.0.1:9464", value_parser = listen_addr)]
         metrics_addr: SocketAddr,
         /// The JSON control socket (mode 0600, or 0660 with --socket-group);
         /// by default /run/shedder/IFACE.sock, one per interface.
@@ -103,6 +109,19 @@ fn parse_period(text: &str) -> Result<Duration, String> {
         return Err(format!("{text} s: must be more than 0 and at most 86400 (a day)"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// `HOST:PORT`, where an IPv6 HOST may also come without brackets: a
+/// node's address put into `$(NODE_IP):9464` by a Kubernetes manifest is
+/// bare on an IPv6 or dual-stack cluster. The last colon is the port's.
+fn listen_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(addr) = text.parse() {
+        return Ok(addr);
+    }
+    let bare_v6 = text
+        .rsplit_once(':')
+        .and_then(|(host, port)| Some(SocketAddr::new(IpAddr::V6(host.parse::<Ipv6Addr>().ok()?), port.parse().ok()?)));
+    bare_v6.ok_or_else(|| format!("{text:?} is not HOST:PORT (e.g. 127.0.0.1:9464, [::1]:9464 or ::1:9464)"))
 }
 
 fn load_config(path: Option<&PathBuf>) -> anyhow::Result<Config> {
@@ -205,11 +224,30 @@ fn resolve_group(name: &str) -> anyhow::Result<u32> {
 mod tests {
     use clap::CommandFactory;
 
-    use super::Cli;
+    use super::{Cli, listen_addr};
 
     #[test]
     fn the_command_line_is_well_formed() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn metrics_listen_on_ipv4_and_on_ipv6_with_or_without_brackets() {
+        let rows = [
+            ("127.0.0.1:9464", Some("127.0.0.1:9464")),
+            ("[fd00::1]:9464", Some("[fd00::1]:9464")),
+            ("fd00::1:9464", Some("[fd00::1]:9464")),
+            ("::1:9464", Some("[::1]:9464")),
+            ("::", None),
+            ("fd00::1", None),
+            ("10.0.0.1", None),
+            ("10.0.0.1:99999", None),
+            ("host:9464", None),
+        ];
+        for (text, want) in rows {
+            let got = listen_addr(text).map(|addr| addr.to_string());
+            assert_eq!(got.as_deref().ok(), want, "{text}: {got:?}");
+        }
     }
 
     /// `--help` is read by operators: a doc comment's cross-reference to the
