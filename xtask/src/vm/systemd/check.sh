@@ -21,6 +21,9 @@ steady=$server:8080
 closed=$server:8081
 chat=$server:8000
 probe=$payload/shedder-connect-probe
+metrics=127.0.0.1:9465
+backend_user=backend
+backend_group=inference
 fail_open_after_ms=$(sed -n 's/^fail_open_after_ms *= *\([0-9]*\).*/\1/p' "$payload/shedder.toml")
 
 # One protocol line, whatever newlines the detail holds.
@@ -100,10 +103,15 @@ check_install() {
     local pins
     pins=$(stat --format '%U %a' /sys/fs/bpf/shedder 2>&1)
     [ "$pins" = "shedder 700" ] || { detail="/sys/fs/bpf/shedder: $pins (want it owned by shedder, 700)"; return 1; }
-    # What an administrator does next: the config, and the interface (systemctl edit).
+    # What an administrator does next: the config, the interface and options
+    # (systemctl edit): /metrics on a port of its own, and the control socket
+    # opened to the group a backend's user is in (the user shedder too).
     install -m 0644 "$payload/shedder.toml" /etc/shedder/shedder.toml
+    groupadd --system "$backend_group" && useradd --system --no-create-home --gid "$backend_group" "$backend_user" &&
+        usermod --append --groups "$backend_group" shedder || { detail="could not add the backend's user and group"; return 1; }
     mkdir -p /etc/systemd/system/shedder.service.d
-    printf '[Service]\nEnvironment=SHEDDER_IFACE=%s\n' "$iface" >/etc/systemd/system/shedder.service.d/iface.conf
+    printf '[Service]\nEnvironment=SHEDDER_IFACE=%s\nEnvironment="SHEDDER_OPTS=--metrics-addr %s --socket-group %s"\n' \
+        "$iface" "$metrics" "$backend_group" >/etc/systemd/system/shedder.service.d/iface.conf
     systemctl daemon-reload
     # `systemctl enable --now`, the documented path, as its two halves: start is the next check.
     systemctl enable shedder || { detail="systemctl enable failed"; return 1; }
@@ -149,7 +157,27 @@ check_start() {
         detail="ip link shows XDP program '${program}'; shedder ctl status: $status"
         return 1
     fi
-    detail="$(journal "_PID=$pid" | grep -o 'attachment=.*' | head -n 1); ip link: prog/xdp id $program; ctl status: ${status#shedder }"
+    # SHEDDER_OPTS reached the daemon: the backend's user reaches the socket,
+    # and /metrics answers where the option put it.
+    local as_backend series
+    as_backend=$(runuser -u "$backend_user" -- shedder ctl --iface "$iface" status 2>&1 | head -n 1)
+    series=$(scrape_metrics | grep -c '^shedder_syns_total')
+    if ! grep -q "mode enforce" <<<"$as_backend" || [ "$series" -lt 1 ]; then
+        detail="as $backend_user: $as_backend; $(ls -l "/run/shedder/$iface.sock"); shedder_syns_total series on $metrics: $series"
+        return 1
+    fi
+    detail="$(journal "_PID=$pid" | grep -o 'attachment=.*' | head -n 1); ip link: prog/xdp id $program; ctl status: ${status#shedder }; \
+as $backend_user too; /metrics on $metrics"
+}
+
+# GET /metrics from $metrics (bash's /dev/tcp: the guest has no HTTP client).
+scrape_metrics() {
+    local host=${metrics%:*} port=${metrics##*:}
+    (
+        exec 3<>"/dev/tcp/$host/$port" || exit 1
+        printf 'GET /metrics HTTP/1.0\r\nHost: %s\r\n\r\n' "$metrics" >&3
+        timeout 5 cat <&3
+    )
 }
 
 check_capabilities() {
