@@ -11,16 +11,21 @@ use serde::Deserialize as _;
 use serde_yaml_ng::Value;
 use shedder_daemon::config::{Config, ModeName};
 
-fn manifest_path() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../dist/kubernetes/shedder.yaml")
+fn manifest_path(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../dist/kubernetes").join(name)
+}
+
+/// Every document of dist/kubernetes/`name`.
+fn documents_of(name: &str) -> Vec<Value> {
+    let text = std::fs::read_to_string(manifest_path(name)).unwrap_or_else(|e| panic!("reading {name}: {e}"));
+    serde_yaml_ng::Deserializer::from_str(&text)
+        .map(|doc| Value::deserialize(doc).unwrap_or_else(|e| panic!("{name} is not YAML: {e}")))
+        .collect()
 }
 
 /// Every document of the manifest, by kind.
 fn documents() -> Vec<Value> {
-    let text = std::fs::read_to_string(manifest_path()).expect("reading dist/kubernetes/shedder.yaml");
-    serde_yaml_ng::Deserializer::from_str(&text)
-        .map(|doc| Value::deserialize(doc).expect("the manifest is YAML"))
-        .collect()
+    documents_of("shedder.yaml")
 }
 
 fn of_kind(docs: &[Value], kind: &str) -> Value {
@@ -39,13 +44,13 @@ fn manifest_passes_the_kubernetes_openapi_schema() {
                    with `python3 -m pip install kubernetes-validate` (.ci/run does)";
     let out = Command::new("python3")
         .args(["-m", "kubernetes_validate", "--strict"])
-        .arg(manifest_path())
+        .args([manifest_path("shedder.yaml"), manifest_path("detach.yaml")])
         .output()
         .unwrap_or_else(|e| panic!("cannot run python3 ({e}); {missing}"));
     let report = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(!report.contains("No module named kubernetes_validate"), "kubernetes-validate is not installed; {missing}");
     assert!(out.status.success(), "kubernetes-validate --strict refused the manifest:\n{report}");
-    for resource in ["namespace/shedder", "configmap/shedder-config", "daemonset/shedder"] {
+    for resource in ["namespace/shedder", "configmap/shedder-config", "daemonset/shedder", "daemonset/shedder-detach"] {
         assert!(
             report.contains(&format!("passed for resource {resource}")),
             "kubernetes-validate did not check {resource}:\n{report}"
@@ -66,22 +71,51 @@ fn configmap_holds_an_observe_mode_config_the_daemon_accepts() {
     assert!(!text(&config_map["data"]["iface"]).is_empty(), "the ConfigMap names the interface");
 }
 
+/// Both DaemonSets, the daemon's and the one that detaches it: on the node's
+/// network, with three capabilities, no privileged mode, and no AppArmor
+/// profile (the runtime's default denies writes under /sys/fs/bpf, where
+/// pins are made and removed).
 #[test]
-fn daemonset_runs_on_the_node_network_with_three_capabilities_and_no_privileged_mode() {
-    let docs = documents();
-    let pod = &of_kind(&docs, "DaemonSet")["spec"]["template"]["spec"];
-    assert_eq!(pod["hostNetwork"], true, "the program attaches to the node's own interface");
-    let containers = pod["containers"].as_sequence().expect("containers");
-    assert_eq!(containers.len(), 1);
-    let security = &containers[0]["securityContext"];
-    assert_eq!(security["privileged"], false);
-    assert_eq!(security["allowPrivilegeEscalation"], false);
-    let added: Vec<&str> =
-        security["capabilities"]["add"].as_sequence().expect("capabilities.add").iter().map(text).collect();
-    assert_eq!(added, ["BPF", "NET_ADMIN", "PERFMON"]);
-    let dropped: Vec<&str> =
-        security["capabilities"]["drop"].as_sequence().expect("capabilities.drop").iter().map(text).collect();
-    assert_eq!(dropped, ["ALL"]);
+fn daemonsets_run_on_the_node_network_with_three_capabilities_and_no_privileged_mode() {
+    for name in ["shedder.yaml", "detach.yaml"] {
+        let docs = documents_of(name);
+        let pod = &of_kind(&docs, "DaemonSet")["spec"]["template"]["spec"];
+        assert_eq!(pod["hostNetwork"], true, "{name}: the program is on the node's own interface");
+        let containers = pod["containers"].as_sequence().expect("containers");
+        assert_eq!(containers.len(), 1, "{name}");
+        let security = &containers[0]["securityContext"];
+        assert_eq!(security["privileged"], false, "{name}");
+        assert_eq!(security["allowPrivilegeEscalation"], false, "{name}");
+        assert_eq!(security["appArmorProfile"]["type"], "Unconfined", "{name}");
+        let added: Vec<&str> =
+            security["capabilities"]["add"].as_sequence().expect("capabilities.add").iter().map(text).collect();
+        assert_eq!(added, ["BPF", "NET_ADMIN", "PERFMON"], "{name}");
+        let dropped: Vec<&str> =
+            security["capabilities"]["drop"].as_sequence().expect("capabilities.drop").iter().map(text).collect();
+        assert_eq!(dropped, ["ALL"], "{name}");
+    }
+}
+
+#[test]
+fn the_detach_daemonset_detaches_the_configured_interface_from_the_node_pins() {
+    let docs = documents_of("detach.yaml");
+    let template = &of_kind(&docs, "DaemonSet")["spec"]["template"];
+    let container = &template["spec"]["containers"][0];
+    let daemon = &of_kind(&documents(), "DaemonSet")["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(container["image"], daemon["image"], "the image the daemon ran");
+    let iface = container["env"].as_sequence().expect("env").iter().find(|e| e["name"] == "SHEDDER_IFACE");
+    let source = &iface.expect("SHEDDER_IFACE is set")["valueFrom"]["configMapKeyRef"];
+    assert_eq!((&source["name"], &source["key"]), (&Value::from("shedder-config"), &Value::from("iface")));
+    let script: String = container["args"].as_sequence().expect("args").iter().map(text).collect();
+    assert!(script.contains("shedder detach --iface \"$SHEDDER_IFACE\""), "{script}");
+    let mount =
+        container["volumeMounts"].as_sequence().expect("volumeMounts").iter().find(|m| m["mountPath"] == "/sys/fs/bpf");
+    let volume = template["spec"]["volumes"]
+        .as_sequence()
+        .expect("volumes")
+        .iter()
+        .find(|v| v["name"] == mount.expect("/sys/fs/bpf is mounted")["name"]);
+    assert_eq!(volume.expect("its volume")["hostPath"]["path"], "/sys/fs/bpf", "the pins are the node's");
 }
 
 #[test]
