@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use shedder_daemon::fleet::{
     FleetSettings, TenantUsage,
-    exchange::{Exchange, Grants, Held},
+    exchange::{Exchange, FleetError, Grants, Held},
     nudge,
 };
 use shedder_testbed::fleet_sim::settings;
@@ -23,14 +23,26 @@ struct Host {
 
 impl Host {
     fn new(redis: &RedisServer, name: &str, prefix: &str) -> Self {
-        let settings = settings(&redis.address(), name, prefix, TIMING, &[("a", 1000.0)]);
+        Self::with_quota(redis, name, prefix, 1000.0)
+    }
+
+    fn with_quota(redis: &RedisServer, name: &str, prefix: &str, quota: f64) -> Self {
+        let settings = settings(&redis.address(), name, prefix, TIMING, &[("a", quota)]);
         let exchange = Exchange::new(&settings, Duration::from_secs(5)).unwrap();
         Self { settings, exchange }
     }
 
     async fn report(&mut self, epoch: &str, demand: f64, admitted: u64, held: Held) -> Grants {
+        self.try_report(epoch, demand, admitted, held).await.unwrap()
+    }
+
+    async fn try_report(&mut self, epoch: &str, demand: f64, admitted: u64, held: Held) -> Result<Grants, FleetError> {
         let usage = [TenantUsage { demand, admitted }];
-        self.exchange.report(&self.settings, epoch, &usage, &[held]).await.unwrap()
+        self.exchange.report(&self.settings, epoch, &usage, &[held]).await
+    }
+
+    async fn ack(&mut self) {
+        self.exchange.ack(&self.settings).await.unwrap();
     }
 }
 
@@ -171,3 +183,67 @@ async fn a_host_left_short_nudges_the_hosts_over_their_fair_share_and_is_nudged_
 const STEP: Duration = Duration::from_secs(5);
 /// Time for a published nudge to reach its listener.
 const SETTLE: Duration = Duration::from_millis(100);
+
+#[tokio::test]
+async fn while_a_new_quota_rolls_out_the_smaller_one_is_shared_and_nobody_is_starved() {
+    let redis = RedisServer::start(None).unwrap();
+    redis.cli(&["SET", "q:born", "0"]).unwrap();
+    // h0 still runs with the old quota, h1 restarted with the new, smaller one.
+    let (mut old, mut new) = (Host::with_quota(&redis, "h0", "q", 1000.0), Host::with_quota(&redis, "h1", "q", 500.0));
+    // (host, demand → share, fair share)
+    assert_eq!(share_and_fair(old.report("e", 400.0, 0, Held::default()).await), (1000.0, 1000.0), "alone");
+    // Owed half of the 500 both can agree on; h0's lease holds it all.
+    assert_eq!(share_and_fair(new.report("e", 400.0, 0, Held::default()).await), (0.0, 250.0));
+    // h0 shrinks to half of 500, not to what is left of its own 1000.
+    assert_eq!(share_and_fair(old.report("e", 400.0, 0, Held::default()).await), (250.0, 250.0));
+    old.ack().await;
+    assert_eq!(share_and_fair(new.report("e", 400.0, 0, Held::default()).await), (250.0, 250.0));
+    assert_eq!(share_and_fair(old.report("e", 400.0, 0, Held::default()).await), (250.0, 250.0), "and stays");
+}
+
+fn share_and_fair(grants: Grants) -> (f64, f64) {
+    (grants.tenants[0].share, grants.tenants[0].fair)
+}
+
+#[tokio::test]
+async fn a_lease_the_state_does_not_know_starts_a_grace_even_when_the_birth_time_survived() {
+    // Redis restarted from a snapshot older than the leases: `born` is old,
+    // the records are gone, and h0 still holds 300 for another 800 ms.
+    let redis = RedisServer::start(None).unwrap();
+    redis.cli(&["SET", "l:born", "0"]).unwrap();
+    let (mut holder, mut newcomer) = (Host::new(&redis, "h0", "l"), Host::new(&redis, "h1", "l"));
+    let held = Held { share: 300.0, remaining: Duration::from_millis(800) };
+    let grants = holder.report("e", 5000.0, 0, held).await;
+    assert!(grants.grace, "the lost leases are waited out");
+    assert_eq!(grants.tenants[0].share, 300.0, "renewed at what it holds, not the whole quota");
+    let grants = newcomer.report("e", 5000.0, 0, Held::default()).await;
+    assert_eq!((grants.tenants[0].share, grants.tenants[0].lasts), (0.0, Duration::ZERO), "no lease: local share");
+}
+
+#[tokio::test]
+async fn a_malformed_lease_record_is_dropped_and_the_reports_go_on() {
+    let redis = RedisServer::start(None).unwrap();
+    redis.cli(&["SET", "m:born", "0"]).unwrap();
+    for (host, text) in [("junk", "not json"), ("partial", r#"{"s": 1}"#), ("list", "[1, 2]")] {
+        redis.cli(&["HSET", "m:lease:a", host, text]).unwrap();
+    }
+    let mut host = Host::new(&redis, "h0", "m");
+    let grants = host.report("e", 100.0, 0, Held::default()).await;
+    assert_eq!(share_and_fair(grants), (1000.0, 1000.0), "alone, as if the junk were not there");
+    host.ack().await;
+    assert_eq!(redis.cli(&["HKEYS", "m:lease:a"]).unwrap().trim(), "h0", "the junk is gone");
+}
+
+#[tokio::test]
+async fn two_daemons_reporting_as_one_host_are_refused_by_name() {
+    let redis = RedisServer::start(None).unwrap();
+    redis.cli(&["SET", "d:born", "0"]).unwrap();
+    let (mut first, mut second) = (Host::new(&redis, "h0", "d"), Host::new(&redis, "h0", "d"));
+    first.report("run-1", 100.0, 0, Held::default()).await;
+    // A restart looks like this too: a new run under the same name.
+    second.report("run-2", 100.0, 0, Held::default()).await;
+    second.report("run-2", 100.0, 0, Held::default()).await;
+    // The first run again: two daemons take turns with one record.
+    let error = first.try_report("run-1", 100.0, 0, Held::default()).await.unwrap_err().to_string();
+    assert!(error.contains("two daemons report as host h0") && error.contains("[fleet] host"), "{error}");
+}

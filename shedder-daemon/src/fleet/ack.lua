@@ -9,8 +9,11 @@ for _, key in ipairs(KEYS) do
   local records = redis.call('HGETALL', key)
   local freed, short = false, {}
   for j = 1, #records, 2 do
-    local h, r = records[j], cjson.decode(records[j + 1])
-    if h == host then
+    local h, ok, r = records[j], pcall(cjson.decode, records[j + 1])
+    -- A record that is not the report's (report.lua drops those) counts for nothing.
+    if not ok or type(r) ~= 'table' then
+      -- Skipped.
+    elseif h == host then
       if r.q == seq and r.ps then
         r.ps, r.pe = nil, nil
         redis.call('HSET', key, host, cjson.encode(r))

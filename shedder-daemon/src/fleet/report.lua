@@ -26,8 +26,43 @@ local nudge, short_by = ARGV[5], tonumber(ARGV[6])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
+local n = (#KEYS - 1) / 2
+
+-- A lease record, decoded; nil for one that is not what this script
+-- writes (another tool's key, a hand edit), which is then dropped rather
+-- than failing every host's report.
+local function record(lease_key, h, text)
+  local ok, r = pcall(cjson.decode, text)
+  if ok and type(r) == 'table' and type(r.s) == 'number' and type(r.e) == 'number' and type(r.d) == 'number' then
+    return r
+  end
+  redis.log(redis.LOG_WARNING, 'shedder fleet: dropping a malformed lease record for ' .. h .. ' in ' .. lease_key)
+  redis.call('HDEL', lease_key, h)
+  return nil
+end
+
+-- This host's own records first: two daemons reporting under one host name
+-- would each take the other's record as their own, and the quota twice.
+-- A record carries the reporting run's epoch and the one before it; a
+-- restart moves on to a new epoch, never back to the previous one.
+-- A host that holds a live lease of which Redis has no record means the
+-- state was lost (a restart from an old snapshot keeps `born`): grace.
+local lost = false
+for i = 1, n do
+  local lease_key = KEYS[2 * i]
+  local a = 6 + (i - 1) * 5
+  local held, held_ms = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
+  local text = redis.call('HGET', lease_key, host)
+  local mine = text and record(lease_key, host, text)
+  if mine and mine.ep and mine.ep ~= epoch and mine.pep == epoch then
+    return redis.error_reply('ERR two daemons report as host ' .. host .. ' (runs ' .. mine.ep .. ' and ' .. epoch ..
+      '): give each its own [fleet] host')
+  end
+  if not mine and held > 0 and held_ms > 0 then lost = true end
+end
+
 local born = tonumber(redis.call('GET', KEYS[1]))
-if not born then
+if not born or lost then
   born = now
   redis.call('SET', KEYS[1], tostring(now))
 end
@@ -74,7 +109,6 @@ end
 local out = {tostring(now), grace and '1' or '0'}
 -- Hosts to nudge (a set: one message each, whatever the tenants).
 local over = {}
-local n = (#KEYS - 1) / 2
 for i = 1, n do
   local lease_key, count_key = KEYS[2 * i], KEYS[2 * i + 1]
   local a = 6 + (i - 1) * 5
@@ -82,10 +116,15 @@ for i = 1, n do
   local held, held_ms = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
 
   local records = redis.call('HGETALL', lease_key)
-  local demands, others, mine, peers = {demand}, 0, nil, {}
+  -- While a changed quota rolls out host by host, the hosts disagree on it:
+  -- the smallest any live host has is the one shared out, so that no host
+  -- is owed more than another leaves, and none is starved meanwhile.
+  local demands, others, mine, peers, shared = {demand}, 0, nil, {}, quota
   for j = 1, #records, 2 do
-    local h, r = records[j], cjson.decode(records[j + 1])
-    if h == host then
+    local h, r = records[j], record(lease_key, records[j], records[j + 1])
+    if not r then
+      -- Dropped.
+    elseif h == host then
       mine = r
     elseif r.e > now or (r.t or 0) > now - lease_ms then
       -- A host that reported within a lease is in the fleet, with or
@@ -93,6 +132,7 @@ for i = 1, n do
       demands[#demands + 1] = r.d
       others = others + committed(r)
       peers[h] = r
+      if type(r.qt) == 'number' and r.qt < shared then shared = r.qt end
     else
       -- Gone: its share is free; its counts stay in count_key.
       redis.call('HDEL', lease_key, h)
@@ -104,20 +144,21 @@ for i = 1, n do
   end
   local holds = mine and committed(mine) or 0
 
-  local fair_of = fair_shares(demands, quota)
+  local fair_of = fair_shares(demands, shared)
   local fair = fair_of(demand)
-  local share = math.min(fair, quota - others)
+  local share = math.min(fair, shared - others)
   if grace then share = math.min(share, holds) end
   if share < 0 then share = 0 end
   local expiry = now + lease_ms
   if grace and share <= 0 then expiry = now end
 
-  local r = {s = share, e = expiry, d = demand, q = seq, t = now}
+  local r = {s = share, e = expiry, d = demand, q = seq, t = now, qt = quota, ep = epoch}
+  if mine and mine.ep and mine.ep ~= epoch then r.pep = mine.ep else r.pep = mine and mine.pep end
   if not grace and share < fair * (1 - short_by) then
     r.w = 1
     -- (Past a rounding error: shares go through JSON.)
     for h, p in pairs(peers) do
-      if committed(p) > fair_of(p.d) + quota * 1e-9 then over[h] = true end
+      if committed(p) > fair_of(p.d) + shared * 1e-9 then over[h] = true end
     end
   end
   local ack = '0'
