@@ -72,7 +72,7 @@ pub enum FleetError {
     Script { script: &'static str, error: RedisError },
     #[error("the report script answered {0} fields")]
     ReplyLength(usize),
-    #[error("field {index} of the report's answer is not a number: {value:?}")]
+    #[error("field {index} of the report's answer is not a finite number: {value:?}")]
     ReplyField { index: usize, value: String },
 }
 
@@ -182,7 +182,7 @@ impl Exchange {
         let connection = self.connection.as_mut().expect("connected above");
         let reply: Vec<String> =
             call.invoke_async(connection).await.map_err(|e| FleetError::Script { script: "report", error: e })?;
-        parse_report(&reply, settings.tenants.len())
+        parse_report(&reply, settings.tenants.len(), settings.lease)
     }
 
     /// Confirms the last report's shares are applied.
@@ -202,13 +202,20 @@ impl Exchange {
 /// Fields of the report's answer per tenant.
 const FIELDS: usize = 5;
 
-fn parse_report(reply: &[String], tenants: usize) -> Result<Grants, FleetError> {
+/// The script's answer; a lease is never taken to last longer than `lease`,
+/// whatever expiry the answer gives (a proxy or a Redis-compatible server
+/// that answers "inf" must not make a lease that never ends).
+fn parse_report(reply: &[String], tenants: usize, lease: Duration) -> Result<Grants, FleetError> {
     if reply.len() != 2 + FIELDS * tenants {
         return Err(FleetError::ReplyLength(reply.len()));
     }
     let number = |index: usize| {
         let value = &reply[index];
-        value.parse::<f64>().map_err(|_| FleetError::ReplyField { index, value: value.clone() })
+        value
+            .parse::<f64>()
+            .ok()
+            .filter(|v| v.is_finite())
+            .ok_or_else(|| FleetError::ReplyField { index, value: value.clone() })
     };
     let now_ms = number(0)?;
     let mut grants = Grants { tenants: Vec::new(), ack_needed: false, grace: reply[1] == "1" };
@@ -220,7 +227,7 @@ fn parse_report(reply: &[String], tenants: usize) -> Result<Grants, FleetError> 
         grants.ack_needed |= reply[at + 2] == "1";
         grants.tenants.push(Grant {
             share: number(at)?.max(0.0),
-            lasts: Duration::from_millis(lasts_ms as u64),
+            lasts: Duration::from_millis(lasts_ms as u64).min(lease),
             fleet_admitted: number(at + 3)? as u64,
             fair: number(at + 4)?,
         });
@@ -232,6 +239,8 @@ fn parse_report(reply: &[String], tenants: usize) -> Result<Grants, FleetError> 
 mod tests {
     use super::*;
 
+    const LEASE: Duration = Duration::from_secs(1);
+
     fn reply(fields: &[&str]) -> Vec<String> {
         fields.iter().map(|f| f.to_string()).collect()
     }
@@ -240,7 +249,7 @@ mod tests {
     fn an_answer_becomes_grants_that_end_a_millisecond_early() {
         // now, grace, then (share, expiry, ack, total, fair) per tenant.
         let answer = reply(&["1000", "0", "250.5", "2000", "1", "77", "250.5", "0", "1000", "0", "3", "400"]);
-        let grants = parse_report(&answer, 2).unwrap();
+        let grants = parse_report(&answer, 2, LEASE).unwrap();
         assert_eq!(grants.tenants[0].lasts, Duration::from_millis(999));
         assert_eq!((grants.tenants[0].share, grants.tenants[0].fleet_admitted), (250.5, 77));
         assert_eq!(grants.tenants[1].lasts, Duration::ZERO, "no lease");
@@ -250,14 +259,28 @@ mod tests {
 
     #[test]
     fn a_malformed_answer_is_an_error() {
-        for (fields, tenants) in [(&["1000", "0"][..], 1), (&["x", "0", "1", "2", "0", "0", "1"][..], 1)] {
-            assert!(parse_report(&reply(fields), tenants).is_err(), "{fields:?}");
+        let rows: [&[&str]; 5] = [
+            &["1000", "0"],
+            &["x", "0", "1", "2", "0", "0", "1"],
+            // A share or an expiry that no lease can be.
+            &["0", "0", "inf", "500", "0", "0", "1"],
+            &["0", "0", "1", "inf", "0", "0", "1"],
+            &["0", "0", "NaN", "500", "0", "0", "1"],
+        ];
+        for fields in rows {
+            assert!(parse_report(&reply(fields), 1, LEASE).is_err(), "{fields:?}");
         }
     }
 
     #[test]
+    fn a_lease_never_lasts_longer_than_the_configured_one() {
+        let grants = parse_report(&reply(&["0", "0", "10", "1e15", "0", "0", "10"]), 1, LEASE).unwrap();
+        assert_eq!(grants.tenants[0].lasts, LEASE);
+    }
+
+    #[test]
     fn in_grace_nobody_is_short() {
-        let grants = parse_report(&reply(&["0", "1", "0", "0", "0", "0", "500"]), 1).unwrap();
+        let grants = parse_report(&reply(&["0", "1", "0", "0", "0", "0", "500"]), 1, LEASE).unwrap();
         assert!(grants.grace && !grants.short());
     }
 }
