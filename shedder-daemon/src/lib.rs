@@ -23,6 +23,7 @@
 //! * [`lock`]: one daemon per pin directory and per control socket.
 //! * [`listen`]: the listeners' back-off when accepting fails.
 //! * [`privilege`]: the capabilities kept once attached, and dropping the rest.
+//! * [`ready`]: telling systemd the daemon is attached and serving.
 //! * [`clock`]: the clock the fast path's buckets run on.
 //! * [`tenant`]: tenants from the config, and the rates lent between them each tick.
 //! * [`water_fill`]: sharing an amount by weight, each up to its room.
@@ -50,6 +51,7 @@ pub mod lognormal;
 pub mod metrics;
 pub mod pin;
 pub mod privilege;
+pub mod ready;
 pub mod report;
 pub mod service_curve;
 pub mod sketch;

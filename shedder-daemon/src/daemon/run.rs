@@ -27,7 +27,7 @@ use crate::{
     hook_watch::HookChange,
     listen, metrics,
     pin::PinDir,
-    privilege, report,
+    privilege, ready, report,
     telemetry::gpu::open_gpu_source,
 };
 
@@ -144,6 +144,7 @@ pub async fn run(options: RunOptions, shutdown: impl Future<Output = ()>) -> any
     let daemon =
         Daemon::new(config, config_path, compiled, Box::new(datapath), open_gpu_source()).attached(&iface, attachment);
     info!(addr = %metrics_addr, "serving /metrics");
+    ready::notify_ready();
     let ending = serve(daemon, services, shutdown).await?;
     match pinned {
         Some(dir) => info!(iface, pinned = dir, "exiting; the fast path stays attached (`shedder detach` removes it)"),

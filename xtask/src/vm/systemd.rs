@@ -32,7 +32,8 @@ pub const CHECKS: [Check; 8] = [
     Check { name: "install", what: "dpkg installs the package: the user, the pin directory (tmpfiles.d)" },
     Check {
         name: "start",
-        what: "systemctl start attaches: the journal's `attached` line, ip link's XDP program, shedder ctl status \
+        what: "systemctl start attaches (Type=notify: the XDP program is there when start returns): the journal's \
+               `attached` line, ip link's XDP program, shedder ctl status \
                (as root, and as a backend's user in --socket-group), /metrics on --metrics-addr (from SHEDDER_OPTS)",
     },
     Check {

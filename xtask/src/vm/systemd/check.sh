@@ -143,6 +143,14 @@ check_start() {
         detail="systemctl start failed: $(systemctl show --property Result --value shedder); $(journal | tail -n 3 | tr '\n' ' ')"
         return 1
     fi
+    # Type=notify: start returns once the daemon says it is ready, which it
+    # does only after attaching.
+    local at_start
+    at_start=$(xdp_program)
+    if [ -z "$at_start" ] || [ "$(systemctl show --property Type --value shedder)" != notify ]; then
+        detail="systemctl start returned with no XDP program on $iface (unit type $(systemctl show --property Type --value shedder))"
+        return 1
+    fi
     local pid
     pid=$(main_pid)
     if ! wait_for 90 attached_by "$pid"; then
