@@ -21,7 +21,11 @@ use super::protocol::{
     ApiError, BackendStatus, ClassStatus, ErrorCode, EstimateSources, MapClass, MapTenant, MapsStatus, SamplesStatus,
     StatusReply, StatusSnapshot, TenantStatus, finite,
 };
-use crate::{config::Plan, daemon::Daemon, fastpath::FastpathError};
+use crate::{
+    config::{ActionName, Plan},
+    daemon::Daemon,
+    fastpath::FastpathError,
+};
 
 /// The last snapshot taken.
 #[derive(Debug, Default)]
@@ -184,13 +188,12 @@ fn mode_name(mode: u8) -> &'static str {
     }
 }
 
+/// The config's word for a map's action value.
 fn action_name(action: u8) -> &'static str {
-    match action {
-        a if a == Action::Drop as u8 => "drop",
-        a if a == Action::Reject as u8 => "reject",
-        a if a == Action::Mark as u8 => "mark",
-        _ => "?",
-    }
+    [ActionName::Drop, ActionName::Reject, ActionName::Mark]
+        .into_iter()
+        .find(|name| Action::from(*name) as u8 == action)
+        .map_or("?", ActionName::word)
 }
 
 /// What the maps were last written with.

@@ -58,11 +58,10 @@ pub fn allocate(capacity: f64, claims: &[Claim]) -> Vec<f64> {
     let mut tiers: Vec<Tier> = claims.iter().map(|c| c.tier).collect();
     tiers.sort();
     tiers.dedup();
+    let weights: Vec<f64> = claims.iter().map(|c| c.weight).collect();
     for tier in tiers {
         let left = (capacity - shares.iter().sum::<f64>()).max(0.0);
-        let in_tier = |i: usize| claims[i].tier == tier;
-        let rooms: Vec<f64> = (0..claims.len()).map(|i| if in_tier(i) { claims[i].demand } else { 0.0 }).collect();
-        let weights: Vec<f64> = claims.iter().map(|c| c.weight).collect();
+        let rooms: Vec<f64> = claims.iter().map(|c| if c.tier == tier { c.demand } else { 0.0 }).collect();
         for (share, poured) in shares.iter_mut().zip(water_fill(left, &rooms, &weights)) {
             *share += poured;
         }
