@@ -81,7 +81,8 @@ struct Raced {
 }
 
 /// Runs the default IPv4 SYN `REPEATS` times on each of up to 8 CPUs at once.
-fn race(config: &str) -> Raced {
+/// A bucket that does not `refill` is long empty by each CPU's last repeat.
+fn race(config: &str, refills: bool) -> Raced {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
     assert!(cpus >= 2, "this machine has one CPU: concurrency cannot be exercised");
     let mut datapath = Datapath::load().unwrap();
@@ -110,20 +111,24 @@ fn race(config: &str) -> Raced {
                         ..Default::default()
                     })
                     .unwrap();
-                // The last repeat's verdict: by then the bucket is long empty.
+                // The last repeat's verdict.
                 result.return_value
             })
         })
         .collect();
     let last_verdicts: Vec<u32> = workers.into_iter().map(|w| w.join().unwrap()).collect();
     let elapsed = began.elapsed();
-    assert!(last_verdicts.iter().all(|v| *v == XDP_DROP), "{last_verdicts:?}");
+    // A refilling bucket admits a SYN now and then to the end: any last
+    // repeat may be one of them.
+    if !refills {
+        assert!(last_verdicts.iter().all(|v| *v == XDP_DROP), "{last_verdicts:?}");
+    }
     Raced { datapath, sent: REPEATS as u64 * cpus as u64, cpus: cpus as u64, elapsed }
 }
 
 #[test]
 fn concurrent_cpus_never_admit_more_than_the_bucket_holds() {
-    let Raced { datapath, sent, .. } = race(CLASS_ALONE);
+    let Raced { datapath, sent, .. } = race(CLASS_ALONE, false);
     let c = datapath.class_snapshots().unwrap().remove(0).counters;
     assert_eq!(c.seen, sent, "every SYN from every CPU is counted once");
     assert_eq!(c.admitted + c.dropped, sent);
@@ -134,7 +139,7 @@ fn concurrent_cpus_never_admit_more_than_the_bucket_holds() {
 
 #[test]
 fn concurrent_cpus_never_admit_more_than_a_tenant_holds() {
-    let Raced { datapath, sent, .. } = race(TENANT_SCARCE);
+    let Raced { datapath, sent, .. } = race(TENANT_SCARCE, false);
     let class = datapath.class_snapshots().unwrap().remove(0).counters;
     let tenant = datapath.tenant_snapshots().unwrap().remove(0).counters;
     assert_eq!(tenant.offered(), sent, "every SYN from every CPU is counted once for its tenant");
@@ -146,7 +151,7 @@ fn concurrent_cpus_never_admit_more_than_a_tenant_holds() {
 
 #[test]
 fn a_class_refusal_gives_the_tenant_back_exactly_its_tokens_under_concurrency() {
-    let Raced { datapath, sent, .. } = race(CLASS_SCARCE);
+    let Raced { datapath, sent, .. } = race(CLASS_SCARCE, false);
     let class = datapath.class_snapshots().unwrap().remove(0);
     let tenant = datapath.tenant_snapshots().unwrap().remove(0);
     let t = tenant.counters;
@@ -211,7 +216,7 @@ fn refilling_buckets_admit_at_most_burst_plus_refill_plus_one_per_cpu() {
         Refilling { class: (1_000_000, 1_000_000), tenant: (20_000, 100), class_scarcer: false, clock: clock::PRECISE },
     ];
     for row in rows {
-        let Raced { datapath, sent, cpus, elapsed } = race(&row.config());
+        let Raced { datapath, sent, cpus, elapsed } = race(&row.config(), true);
         let class = datapath.class_snapshots().unwrap().remove(0);
         let tenant = datapath.tenant_snapshots().unwrap().remove(0);
         let (scarce, (rate, burst)) =
