@@ -48,6 +48,9 @@ struct Fluid {
     epoch: u32,
     /// Demand steps set so far (told to the fleet task as they happen).
     steps: u64,
+    /// New shares are refused, as by a map write that fails: the flows
+    /// keep the shares last put in force.
+    refuse_shares: bool,
     flows: BTreeMap<String, Flow>,
 }
 
@@ -98,7 +101,14 @@ impl SimHost {
     /// Starts the host's fleet task and its feeder; `start` is second 0 of the bins.
     pub fn start(settings: FleetSettings, start: Instant) -> Self {
         let flows = settings.tenants.iter().map(|t| (t.name.clone(), Flow::default())).collect();
-        let fluid = Arc::new(Mutex::new(Fluid { start, last: Instant::now(), epoch: 0, steps: 0, flows }));
+        let fluid = Arc::new(Mutex::new(Fluid {
+            start,
+            last: Instant::now(),
+            epoch: 0,
+            steps: 0,
+            refuse_shares: false,
+            flows,
+        }));
         let (usage, _) = watch::channel(Usage::default());
         let (_, view) = watch::channel(FleetView::starting(&settings));
         let history = Arc::new(Mutex::new(vec![(Instant::now(), view.borrow().clone())]));
@@ -127,9 +137,13 @@ impl SimHost {
             async move {
                 let mut fluid = fluid.lock().unwrap();
                 fluid.advance(Instant::now());
+                if fluid.refuse_shares {
+                    return false;
+                }
                 for (name, share) in shares {
                     fluid.flows.get_mut(&name).expect("a configured tenant").share = share;
                 }
+                true
             }
         };
         let usage = self.usage.subscribe();
@@ -196,6 +210,16 @@ impl SimHost {
     pub async fn next_view(&mut self) -> FleetView {
         let _ = self.view.changed().await;
         self.view.borrow_and_update().clone()
+    }
+
+    /// From now on new shares fail to be put in force (`true`), or succeed again.
+    pub fn refuse_shares(&self, refuse: bool) {
+        self.fluid.lock().unwrap().refuse_shares = refuse;
+    }
+
+    /// The share `tenant`'s connections are admitted at: the one last put in force.
+    pub fn share_in_force(&self, tenant: &str) -> f64 {
+        self.fluid.lock().unwrap().flows[tenant].share
     }
 
     /// Admitted per second so far, for `tenant`.

@@ -293,3 +293,28 @@ async fn a_daemon_restart_neither_loses_nor_double_counts() {
         redis.cli(&["FLUSHALL"]).unwrap();
     }
 }
+
+#[tokio::test]
+async fn a_smaller_share_that_fails_to_apply_is_not_given_to_another_host() {
+    let redis = RedisServer::start(None).unwrap();
+    let (mut one, mut two) = two_synced_hosts(&redis.address(), &redis.address()).await;
+    // Host one's map writes fail; its demand falls, so the fleet shrinks its
+    // share (700 → 450) and would give host two its spare (300 → 550).
+    one.refuse_shares(true);
+    one.set_demand("a", 100.0);
+    until(&mut one, |v| near(share(v), 450.0)).await;
+    assert!(near(one.share_in_force("a"), 700.0), "the write failed: 700 stays in force");
+    // While it is not in force, Redis goes on counting the 700: host two
+    // stays within what the quota leaves, report after report.
+    let reports = two.view().reports;
+    until(&mut two, |v| {
+        assert!(share(v) + one.share_in_force("a") <= QUOTA + 0.01, "over the quota: {} + 700", share(v));
+        v.reports >= reports + 10
+    })
+    .await;
+    // The write succeeds at the next try: the smaller share is in force and
+    // confirmed, and host two gets the rest.
+    one.refuse_shares(false);
+    until(&mut two, |v| near(share(v), 550.0)).await;
+    assert!(near(one.share_in_force("a"), 450.0));
+}

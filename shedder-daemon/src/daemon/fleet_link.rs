@@ -1,8 +1,13 @@
 //! The fleet's task and the channels it shares with the control loop (usage
 //! in, shares out) and the daemon (its view).
 
+use std::sync::{
+    Arc,
+    atomic::{AtomicBool, Ordering},
+};
+
 use tokio::sync::watch;
-use tracing::warn;
+use tracing::{info, warn};
 
 use super::{Daemon, DaemonHandle};
 use crate::{
@@ -27,16 +32,33 @@ impl FleetLink {
 
     /// Puts the tenants' shares under the fleet and starts its task; new
     /// shares are put in force at once, through the daemon, before the fleet
-    /// confirms a smaller one.
+    /// confirms a smaller one. A failed write is said once, and once more
+    /// when a later try succeeds.
     pub fn spawn(self, daemon: &mut Daemon, handle: DaemonHandle) {
         let shares = FleetShares::new(self.view.1.clone(), self.usage.0.clone());
         daemon.control_mut().set_tenant_shares(Box::new(shares));
         daemon.follow_fleet(self.view.1);
+        let failing = Arc::new(AtomicBool::new(false));
         let apply = move |_shares| {
-            let handle = handle.clone();
+            let (handle, failing) = (handle.clone(), failing.clone());
             async move {
-                if let Ok(Err(e)) = handle.call(|d| d.retake_tenant_shares()).await {
-                    warn!("fleet: applying the tenants' shares: {e:#}");
+                match handle.call(|d| d.retake_tenant_shares()).await {
+                    Ok(Ok(())) => {
+                        if failing.swap(false, Ordering::Relaxed) {
+                            info!("fleet: the tenants' shares are in force again");
+                        }
+                        true
+                    }
+                    Ok(Err(e)) => {
+                        if !failing.swap(true, Ordering::Relaxed) {
+                            warn!(
+                                "fleet: applying the tenants' shares: {e:#}; a smaller share is not confirmed until it is in force"
+                            );
+                        }
+                        false
+                    }
+                    // The daemon is stopping.
+                    Err(_) => false,
                 }
             }
         };

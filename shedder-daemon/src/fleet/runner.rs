@@ -1,7 +1,8 @@
 //! The fleet's own task: every tick it reports this host's usage and takes
 //! back its shares, within a deadline, so that nothing else ever waits on
 //! Redis. Shares are handed to `apply` (which puts them in force) before a
-//! smaller share is confirmed to Redis.
+//! smaller share is confirmed to Redis, and a smaller share `apply` could
+//! not put in force is never confirmed: it is tried again every wake.
 
 use std::{collections::BTreeMap, future::Future};
 
@@ -68,7 +69,8 @@ impl FleetView {
     }
 }
 
-/// Runs until `view` has no receiver left.
+/// Runs until `view` has no receiver left. `apply` answers whether the
+/// shares are in force.
 pub async fn run<F, Fut>(
     settings: FleetSettings,
     mut usage: watch::Receiver<Usage>,
@@ -76,7 +78,7 @@ pub async fn run<F, Fut>(
     mut apply: F,
 ) where
     F: FnMut(Shares) -> Fut,
-    Fut: Future<Output = ()>,
+    Fut: Future<Output = bool>,
 {
     let addr = format!("{}:{}", settings.host_addr, settings.port);
     let mut exchange = match Exchange::new(&settings, settings.tick) {
@@ -90,7 +92,7 @@ pub async fn run<F, Fut>(
     let mut nudges = nudge::listen(exchange.client(), channel, settings.tick, settings.lease);
     let mut book = LeaseBook::new(settings.tenants.clone(), settings.tick / LET_GO_EARLY_DIVISOR);
     let mut current = FleetView::starting(&settings);
-    apply(current.shares.clone()).await;
+    let mut in_force = apply(current.shares.clone()).await;
     info!(host = settings.host, redis = addr, "fleet: local shares until Redis answers");
     let mut interval = tokio::time::interval(settings.tick);
     interval.set_missed_tick_behavior(MissedTickBehavior::Delay);
@@ -102,6 +104,10 @@ pub async fn run<F, Fut>(
     let mut last_sent: Option<Instant> = None;
     let mut steps_reported = usage.borrow().steps;
     let mut early_at: Option<Instant> = None;
+    // The last answer gave a smaller share, which is confirmed to Redis
+    // once it is in force; until then Redis goes on counting the larger one
+    // (never too much handed out), and each report asks again.
+    let mut ack_needed = false;
     while !view.is_closed() {
         let expiry = book.next_expiry(Instant::now());
         let wake = tokio::select! {
@@ -121,7 +127,6 @@ pub async fn run<F, Fut>(
                 continue;
             }
         };
-        let mut ack_needed = false;
         if wake != Wake::LeaseOver {
             let sent = Instant::now();
             last_sent = Some(sent);
@@ -167,13 +172,14 @@ pub async fn run<F, Fut>(
         }
         let now = Instant::now();
         let shares = book.shares(now);
-        if shares != current.shares {
+        if shares != current.shares || !in_force {
             // Published first: `apply` may read them from the view.
             current.shares = shares.clone();
             view.send_replace(current.clone());
-            apply(shares).await;
+            in_force = apply(shares).await;
         }
-        if ack_needed {
+        if ack_needed && in_force {
+            ack_needed = false;
             match timeout_at(now + settings.tick, exchange.ack(&settings)).await {
                 Ok(Ok(())) => {}
                 // The smaller share stays applied; Redis keeps counting the
