@@ -38,6 +38,7 @@ impl FleetLink {
         let shares = FleetShares::new(self.view.1.clone(), self.usage.0.clone());
         daemon.control_mut().set_tenant_shares(Box::new(shares));
         daemon.follow_fleet(self.view.1);
+        let retake = handle.clone();
         let failing = Arc::new(AtomicBool::new(false));
         let apply = move |_shares| {
             let (handle, failing) = (handle.clone(), failing.clone());
@@ -62,6 +63,12 @@ impl FleetLink {
                 }
             }
         };
-        tokio::spawn(fleet::run(self.settings, self.usage.1, self.view.0, apply));
+        let view = self.view.0.clone();
+        let task = tokio::spawn(fleet::run(self.settings.clone(), self.usage.1, self.view.0, apply));
+        tokio::spawn(async move {
+            if fleet::runner::local_if_it_fails(task, view, &self.settings).await {
+                let _ = retake.call(|d| d.retake_tenant_shares()).await;
+            }
+        });
     }
 }

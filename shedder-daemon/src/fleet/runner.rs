@@ -8,9 +8,10 @@ use std::{collections::BTreeMap, future::Future};
 
 use tokio::{
     sync::watch,
+    task::JoinHandle,
     time::{Instant, MissedTickBehavior, sleep_until, timeout_at},
 };
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use super::{
     exchange::{Exchange, TenantUsage},
@@ -201,6 +202,28 @@ pub async fn run<F, Fut>(
     }
 }
 
+/// Waits for the fleet's task to end. One that failed (panicked) left its
+/// last view behind, leases that Redis lets run out and hands to other
+/// hosts: the view falls back to the local shares for good, and the answer
+/// is true (the caller puts them in force).
+pub async fn local_if_it_fails(task: JoinHandle<()>, view: watch::Sender<FleetView>, settings: &FleetSettings) -> bool {
+    match task.await {
+        Err(e) if e.is_panic() => {
+            error!(
+                host = settings.host,
+                "fleet: the fleet task failed; local shares until the daemon restarts (see the panic above)"
+            );
+            let local = FleetView::starting(settings);
+            view.send_modify(|view| {
+                view.state = FleetState::Local;
+                view.shares = local.shares;
+            });
+            true
+        }
+        _ => false,
+    }
+}
+
 /// Why the task woke.
 #[derive(Clone, Copy, PartialEq)]
 enum Wake {
@@ -241,6 +264,40 @@ fn log_change(state: FleetState, host: &str, addr: &str, error: &str) {
         }
         FleetState::Local => {
             warn!(host, redis = addr, error, "fleet: no lease holds; local shares until Redis answers")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fleet::FleetSpec;
+
+    #[tokio::test]
+    async fn a_failed_task_leaves_local_shares_not_its_last_leases() {
+        let spec: FleetSpec =
+            toml::from_str("address = \"127.0.0.1:6379\"\nhost = \"web-1\"\nlocal_share = 0.25\n[quota]\nchat = 400\n")
+                .unwrap();
+        let settings = spec.settings().unwrap();
+        let synced = FleetView {
+            state: FleetState::Synced,
+            shares: [("chat".to_string(), 300.0)].into(),
+            fleet_admitted: Default::default(),
+            reports: 7,
+            nudged: 0,
+        };
+        // (ended, failed): only a failure changes the view.
+        for (ended, failed) in [(tokio::spawn(async {}), false), (tokio::spawn(async { panic!("a bug") }), true)] {
+            let (view, watched) = watch::channel(synced.clone());
+            assert_eq!(local_if_it_fails(ended, view, &settings).await, failed);
+            let seen = watched.borrow().clone();
+            if failed {
+                assert_eq!(seen.state, FleetState::Local);
+                assert_eq!(seen.shares["chat"], 100.0, "the local share, a quarter of the quota");
+                assert_eq!(seen.reports, 7, "the counts stay");
+            } else {
+                assert_eq!(seen, synced);
+            }
         }
     }
 }
