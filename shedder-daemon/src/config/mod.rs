@@ -346,6 +346,16 @@ impl Config {
         Ok(Compiled { plan: self.plan()?, control: self.control()?, fleet: self.fleet()? })
     }
 
+    /// Validates the config as a change to a running daemon, whose fleet
+    /// task keeps the `[fleet]` it read at the start: that section's files
+    /// (password, CA) are not read again, so a secret being rotated on disk
+    /// does not fail every reload. Its quotas must still name tenants.
+    pub fn compile_change(&self) -> Result<(Plan, ControlSetup), ConfigError> {
+        let compiled = (self.plan()?, self.control()?);
+        self.fleet_tenants()?;
+        Ok(compiled)
+    }
+
     /// Parses TOML; syntax and type errors carry toml's line and column.
     pub fn parse(text: &str) -> Result<Self, ConfigFileError> {
         toml::from_str(text).map_err(|error| ConfigFileError::Syntax { path: None, error: Box::new(error) })
@@ -487,13 +497,19 @@ impl Config {
     /// Validates `[fleet]` (reading its password and CA files); `None`
     /// without one.
     fn fleet(&self) -> Result<Option<FleetSettings>, ConfigError> {
-        let Some(spec) = &self.fleet else { return Ok(None) };
+        self.fleet_tenants()?;
+        self.fleet.as_ref().map(FleetSpec::settings).transpose()
+    }
+
+    /// Each `[fleet]` quota names a tenant.
+    fn fleet_tenants(&self) -> Result<(), ConfigError> {
+        let Some(spec) = &self.fleet else { return Ok(()) };
         for name in spec.quota.keys() {
             if !self.tenants.iter().any(|t| t.name == *name) {
                 return fail(format!("fleet.quota.{name}"), "no [[tenant]] has this name");
             }
         }
-        spec.settings().map(Some)
+        Ok(())
     }
 }
 

@@ -164,15 +164,16 @@ impl Daemon {
     /// daemon or in the maps; one equal to the running config changes
     /// nothing either, the version included.
     pub fn replace_config(&mut self, config: Config) -> Result<u64, ChangeError> {
-        let compiled = config.compile()?;
+        if config.fleet != self.config.fleet {
+            // The fleet task holds its connection and leases from the start.
+            config.compile()?;
+            return Err(ChangeError::Unavailable("[fleet] changes only with a restart; nothing changed".into()));
+        }
+        let (plan, control) = config.compile_change()?;
         if config == self.config {
             return Ok(self.config_version);
         }
-        if config.fleet != self.config.fleet {
-            // The fleet task holds its connection and leases from the start.
-            return Err(ChangeError::Unavailable("[fleet] changes only with a restart; nothing changed".into()));
-        }
-        self.control.reconfigure(compiled.plan, compiled.control).map_err(ChangeError::Apply)?;
+        self.control.reconfigure(plan, control).map_err(ChangeError::Apply)?;
         self.config = config;
         self.config_version += 1;
         Ok(self.config_version)
@@ -332,5 +333,40 @@ mod tests {
         assert_eq!(message.matches(&path.display().to_string()).count(), 1, "{message}");
         assert_eq!(message.matches("invalid config").count(), 1, "{message}");
         assert_eq!(daemon.config_version(), 1);
+    }
+    #[test]
+    fn a_change_does_not_read_the_fleets_files_again_and_a_fleet_change_is_refused() {
+        let dir = std::env::temp_dir().join(format!("shedder-fleet-secret-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let secret = dir.join("password");
+        std::fs::write(&secret, "s3cret\n").unwrap();
+        let fleet = format!(
+            "[[tenant]]\nname = \"acme\"\ncidrs = [\"10.1.0.0/16\"]\nrate = 50\nburst = 20\n\
+             [fleet]\naddress = \"127.0.0.1:6379\"\nhost = \"h1\"\nlocal_share = 0.5\npassword_file = {:?}\n\
+             [fleet.quota]\nacme = 100\n",
+            secret.display().to_string()
+        );
+        let config = Config::parse(&format!("{TWO_CLASSES}\n{fleet}")).unwrap();
+        let compiled = config.compile().unwrap();
+        let gpu = Box::new(NoGpu { reason: "in memory".into() });
+        let mut daemon = Daemon::new(config, None, compiled, Box::new(MemoryFastpath::new()), gpu);
+        // The secret is being rotated: gone from disk for a moment.
+        std::fs::remove_file(&secret).unwrap();
+
+        let changed = TWO_CLASSES.replace("deadline_ms = 300", "deadline_ms = 500");
+        let changed = Config::parse(&format!("{changed}\n{fleet}")).unwrap();
+        assert_eq!(daemon.replace_config(changed).unwrap(), 2, "the change applies");
+        let no_tenant = Config::parse(&format!("{TWO_CLASSES}\n{}", &fleet[fleet.find("[fleet]").unwrap()..])).unwrap();
+        let error = daemon.replace_config(no_tenant).unwrap_err();
+        assert!(error.to_string().contains("fleet.quota.acme"), "{error}");
+        let moved = Config::parse(&format!("{TWO_CLASSES}\n{}", fleet.replace("h1", "h2"))).unwrap();
+        let error = daemon.replace_config(moved).unwrap_err();
+        assert!(error.to_string().contains("fleet.password_file"), "a new [fleet] is read whole: {error}");
+        std::fs::write(&secret, "s3cret\n").unwrap();
+        let moved = Config::parse(&format!("{TWO_CLASSES}\n{}", fleet.replace("h1", "h2"))).unwrap();
+        let error = daemon.replace_config(moved).unwrap_err();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(error.to_string().contains("only with a restart"), "{error}");
+        assert_eq!(daemon.config_version(), 2);
     }
 }
