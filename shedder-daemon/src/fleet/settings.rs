@@ -15,6 +15,8 @@ const MIN_TICK_MS: u64 = 10;
 const MIN_LEASE_TICKS: u64 = 3;
 /// Beyond an hour a lease outlives any fault it is meant to ride out.
 const MAX_LEASE_MS: u64 = 3_600_000;
+/// The longest tick: a lease of at most an hour spans at least 3 ticks.
+const MAX_TICK_MS: u64 = MAX_LEASE_MS / MIN_LEASE_TICKS;
 /// The largest password file read: AUTH passwords are short.
 const MAX_PASSWORD_BYTES: u64 = 4096;
 /// The largest CA file read: a bundle of a few hundred roots.
@@ -199,8 +201,14 @@ impl FleetSpec {
         };
         check_name("host", &host)?;
         check_name("prefix", &self.prefix)?;
-        if !(MIN_TICK_MS..=MAX_LEASE_MS).contains(&self.tick_ms) {
-            return fail("tick_ms", format!("{} ms: must be {MIN_TICK_MS} to {MAX_LEASE_MS}", self.tick_ms));
+        if !(MIN_TICK_MS..=MAX_TICK_MS).contains(&self.tick_ms) {
+            return fail(
+                "tick_ms",
+                format!(
+                    "{} ms: must be {MIN_TICK_MS} to {MAX_TICK_MS} (a lease, at most an hour, spans {MIN_LEASE_TICKS} ticks)",
+                    self.tick_ms
+                ),
+            );
         }
         let floor = self.tick_ms * MIN_LEASE_TICKS;
         if !(floor..=MAX_LEASE_MS).contains(&self.lease_ms) {
@@ -235,7 +243,17 @@ impl FleetSpec {
             if !(quota.is_finite() && *quota > 0.0 && *quota <= 1e12) {
                 return fail(&format!("quota.{name}"), format!("{quota}: a rate over 0 and at most 1e12 is required"));
             }
-            let local = self.local_rate.get(name).copied().unwrap_or(quota * self.local_share);
+            let local = match self.local_rate.get(name) {
+                // A host on its own never takes more than the whole fleet may.
+                Some(rate) if rate > quota => {
+                    return fail(
+                        &format!("local_rate.{name}"),
+                        format!("{rate}: above the tenant's fleet quota ({quota})"),
+                    );
+                }
+                Some(rate) => *rate,
+                None => quota * self.local_share,
+            };
             tenants.push(TenantQuota { name: name.clone(), quota: *quota, local });
         }
         Ok(FleetSettings {
@@ -266,6 +284,8 @@ mod tests {
         let locals: Vec<_> = s.tenants.iter().map(|t| (t.name.as_str(), t.local)).collect();
         assert_eq!(locals, [("batch", 5.0), ("chat", 100.0)]);
         assert!(s.password.is_none() && s.tls.is_none());
+        // The longest tick and a local rate of the whole quota are allowed.
+        assert!(merge("tick_ms = 1200000\nlease_ms = 3600000\nlocal_rate = { chat = 400 }").settings().is_ok());
     }
 
     #[test]
@@ -282,6 +302,9 @@ mod tests {
             ("tls = { ca_file = \"/nonexistent/ca.pem\" }", "fleet.tls.ca_file"),
             ("local_rate = { video = 3 }", "fleet.local_rate.video"),
             ("local_rate = { chat = -1 }", "fleet.local_rate.chat"),
+            ("local_rate = { chat = 401 }", "fleet.local_rate.chat"),
+            // No lease of at most an hour spans 3 ticks of 25 minutes: the tick is named.
+            ("tick_ms = 1500000\nlease_ms = 3600000", "fleet.tick_ms"),
         ];
         for (extra, field) in rows {
             let err = merge(extra).settings().unwrap_err();
