@@ -28,7 +28,7 @@ pub struct Check {
     pub what: &'static str,
 }
 
-pub const CHECKS: [Check; 8] = [
+pub const CHECKS: [Check; 9] = [
     Check { name: "install", what: "dpkg installs the package: the user, the pin directory (tmpfiles.d)" },
     Check {
         name: "start",
@@ -50,6 +50,11 @@ pub const CHECKS: [Check; 8] = [
         name: "upgrade",
         what: "dpkg --install of the next revision over the running service: the same, across its restart; \
                the edited config kept",
+    },
+    Check {
+        name: "failed-upgrade",
+        what: "an upgrade whose restart fails (a config broken by hand): dpkg succeeds and says the service did not \
+               start again; mended, the service starts again by itself",
     },
     Check {
         name: "journal",
