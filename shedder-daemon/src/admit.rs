@@ -101,6 +101,9 @@ pub struct AdmitRequest {
     pub waiting_behind: Option<f64>,
     /// The server can keep this job queued and start a later one first.
     pub can_hold: bool,
+    /// The server's estimate of this job's service time, ms: the job's
+    /// chance is then read at its own size, not from the class's curve.
+    pub estimated_service_ms: Option<f64>,
 }
 
 /// The knobs of the answer (per request, or the defaults).
@@ -270,7 +273,20 @@ pub fn admit<R: Rng + ?Sized>(
         Some(wait) => format!(" after a wait of ~{wait:.0} ms"),
         None => String::new(),
     };
-    let p = view.curve.p_within(left);
+    // The job's chance to be done within `ms` of starting: at its own size
+    // where the server estimates it and the class knows how far off its
+    // estimates run, else from the class's curve.
+    let sized = request.estimated_service_ms.zip(view.estimate_error.as_ref());
+    let chance_within = |ms: f64| match sized {
+        Some((estimate, error)) => error.chance_within(estimate, ms),
+        None => view.curve.p_within(ms),
+    };
+    let size = match (request.estimated_service_ms, sized) {
+        (Some(estimate), Some(_)) => format!(" at its estimated {estimate:.0} ms"),
+        (Some(_), None) => " (its estimate unused: the class has not learnt how far off estimates run)".into(),
+        (None, _) => String::new(),
+    };
+    let p = chance_within(left);
     // A refusal gives the job's worker to a fresher job only where one is
     // waiting for it: a job behind it beyond the workers left free once it
     // starts. With none, the threshold is weighed by the chance that one
@@ -278,12 +294,17 @@ pub fn admit<R: Rng + ?Sized>(
     let free_after = running.zip(view.ahead).map_or(0.0, |(running, q)| (q.workers - running - 1.0).max(0.0));
     let none_waiting =
         request.waiting_ahead.is_none() && request.waiting_behind.is_some_and(|behind| behind - free_after < 1.0);
-    let threshold = if none_waiting { s.threshold * view.contested } else { s.threshold };
-    let weighed = if none_waiting && view.contested < 1.0 {
-        format!(
-            " ({:.2} weighed by {:.2}, the chance every worker is busy: no job behind it waits for a worker)",
-            s.threshold, view.contested
-        )
+    // A job judged at its own size can have a low chance without having
+    // waited at all; refusing it helps only where its worker goes to another
+    // job. Asked at start by a server that does not say what waits behind
+    // it, its threshold is weighed by the same chance.
+    let sized_unseen = sized.is_some() && request.waiting_ahead.is_none() && request.waiting_behind.is_none();
+    let weigh = none_waiting || sized_unseen;
+    let threshold = if weigh { s.threshold * view.contested } else { s.threshold };
+    let weighed = if weigh && view.contested < 1.0 {
+        let why =
+            if none_waiting { "no job behind it waits for a worker" } else { "the server does not say what waits" };
+        format!(" ({:.2} weighed by {:.2}, the chance every worker is busy: {why})", s.threshold, view.contested)
     } else {
         String::new()
     };
@@ -303,7 +324,7 @@ pub fn admit<R: Rng + ?Sized>(
     let last_chance = view.yields_to.is_some()
         && none_waiting
         && view.ahead.zip(running).is_some_and(|(q, running)| {
-            running + 1.0 <= q.workers && view.curve.p_within(left - q.wait_ms(0.0, None)) < threshold
+            running + 1.0 <= q.workers && chance_within(left - q.wait_ms(0.0, None)) < threshold
         });
     // The tick saw an idle backend, and this job's own wait and the
     // server's count of busy workers do not say otherwise.
@@ -318,7 +339,7 @@ pub fn admit<R: Rng + ?Sized>(
             )
         } else {
             let why = format!(
-                "on-time chance {p:.2} < {threshold:.2}{weighed} with {left:.0} ms left{waits}; queue drains in ~{drain:.0} ms"
+                "on-time chance {p:.2}{size} < {threshold:.2}{weighed} with {left:.0} ms left{waits}; queue drains in ~{drain:.0} ms"
             );
             (Verdict::RejectDeadline, drain, false, why)
         }
@@ -360,7 +381,7 @@ pub fn admit<R: Rng + ?Sized>(
             ),
             _ => String::new(),
         };
-        (Verdict::Admit, 0.0, false, format!("on-time chance {p:.2} >= {threshold:.2}{weighed}{waits}{yielding}"))
+        (Verdict::Admit, 0.0, false, format!("on-time chance {p:.2}{size} >= {threshold:.2}{weighed}{waits}{yielding}"))
     };
     let retry_after_ms = verdict.http_status().is_some().then(|| retry_after(over_ms, policy, rng));
     AdmitDecision {

@@ -52,6 +52,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::estimate_error::{ErrorSketches, EstimateError};
 use crate::service_curve::ServiceCurve;
 use crate::sketch::Sketch;
 use crate::telemetry::{
@@ -383,6 +384,12 @@ pub struct ClassEstimate {
     /// window); the prior's lognormal below
     /// `min_samples`. What job-level admission and the capacity model read.
     pub service_curve: ServiceCurve,
+    /// How far off the servers' estimates run, by the estimate's size, over
+    /// the window's finished jobs that had one. `None` below `min_samples`
+    /// of them: an estimate is not used before its error is known. Not in
+    /// the answers: `shedder_estimate_error_ratio` shows it.
+    #[serde(skip)]
+    pub estimate_error: Option<EstimateError>,
     pub completions: Completions,
     /// Jobs waiting, as last reported (`None` if never, or older than the window).
     pub queue_depth: Option<Gauge<u64>>,
@@ -424,13 +431,22 @@ struct Slice {
     number: u64,
     queue_age: Sketch,
     service: Sketch,
+    /// Finished jobs the server had estimated.
+    estimate_error: ErrorSketches,
     on_time: u64,
     late: u64,
 }
 
 impl Slice {
     fn new(number: u64) -> Self {
-        Slice { number, queue_age: Sketch::new(), service: Sketch::new(), on_time: 0, late: 0 }
+        Slice {
+            number,
+            queue_age: Sketch::new(),
+            service: Sketch::new(),
+            estimate_error: ErrorSketches::default(),
+            on_time: 0,
+            late: 0,
+        }
     }
 }
 
@@ -577,6 +593,11 @@ impl Estimators {
                 let _ = count;
                 return Ok(false);
             }
+            Observation::EstimateError { estimate_ms, service_ms, count } => {
+                if !state.slice_mut(now_ms / slice_ms).estimate_error.add(estimate_ms, service_ms, count) {
+                    return Ok(false);
+                }
+            }
             Observation::QueueAge { ms, count } => {
                 state.slice_mut(now_ms / slice_ms).queue_age.add(ms, count);
             }
@@ -630,6 +651,7 @@ impl Estimators {
 
         let mut queue_age = Sketch::new();
         let mut service = Sketch::new();
+        let mut estimate_error = ErrorSketches::default();
         let mut completions = Completions::default();
         let mut recent: Option<(Sketch, u64)> = None;
         let mut service_recent: Option<Sketch> = None;
@@ -650,6 +672,7 @@ impl Estimators {
             }
             queue_age.merge(&slice.queue_age);
             service.merge(&slice.service);
+            estimate_error.merge(&slice.estimate_error);
             completions.on_time += slice.on_time;
             completions.late += slice.late;
             if recent.is_none() && age >= recent_slices && queue_age.count() >= p.min_samples {
@@ -725,6 +748,7 @@ impl Estimators {
             queue_age_recent_ms,
             service: distribution(&service, state.prior.service()),
             service_curve,
+            estimate_error: EstimateError::learn(&estimate_error, p.min_samples),
             completions,
             queue_depth: state.queue_depth.and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),
             kv_cache_usage: state.kv_cache.and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),
@@ -793,6 +817,28 @@ mod tests {
         // And the analytic values the workload declares.
         assert!((e.service.quantiles.p50 - 120.0).abs() < 120.0 * 0.03, "{:?}", e.service.quantiles);
         assert!((e.service.quantiles.p95 - 400.0).abs() < 400.0 * 0.03, "{:?}", e.service.quantiles);
+    }
+
+    #[test]
+    fn the_estimates_error_is_learnt_once_there_are_enough_and_ages_out() {
+        let params = EstimatorParams::default();
+        let mut est = one_class(params.clone(), ClassPrior::default());
+        let error = |service_ms| Observation::EstimateError { estimate_ms: 100.0, service_ms, count: 1 };
+        // Jobs estimated at 100 ms that take a quarter longer, and as many a fifth shorter.
+        for i in 0..params.min_samples {
+            let service = if i % 2 == 0 { 125.0 } else { 80.0 };
+            est.observe_one(at(1_000), "interactive", &error(service)).unwrap();
+            let learnt = est.estimate("interactive", at(1_000)).unwrap().estimate_error;
+            assert_eq!(learnt.is_some(), i + 1 >= params.min_samples, "after {} of them", i + 1);
+        }
+        let learnt = est.estimate("interactive", at(1_000)).unwrap().estimate_error.unwrap();
+        assert!((learnt.chance_within(100.0, 100.0) - 0.5).abs() < 0.05, "{}", learnt.chance_within(100.0, 100.0));
+        assert!(learnt.chance_within(100.0, 130.0) >= 0.99);
+        // An unusable pair is not counted.
+        assert!(!est.observe_one(at(1_000), "interactive", &error(f64::NAN)).unwrap());
+        // Past the widest window it is forgotten, as the service times are.
+        let later = at(1_000 + params.max_window_ms.max(params.window_ms) * 2);
+        assert!(est.estimate("interactive", later).unwrap().estimate_error.is_none());
     }
 
     #[test]

@@ -7,6 +7,7 @@
 //! * [`pin`]: the maps and link pinned in bpffs, so the fast path outlives the daemon.
 //! * [`telemetry`]: GPU readings, pushed samples and scraped exporters.
 //! * [`estimate`]: per-class sliding-window quantiles of queue age and service time.
+//! * [`estimate_error`]: how far off servers' estimates of their jobs' service times run.
 //! * [`sketch`]: a quantile sketch of times whose quantiles read in one pass.
 //! * [`service_curve`]: a service-time distribution as P(service ≤ t) and a mean.
 //! * [`lognormal`]: the lognormal through a declared p50 and p95.
@@ -42,6 +43,7 @@ pub mod daemon;
 pub mod datapath;
 pub mod error_chain;
 pub mod estimate;
+pub mod estimate_error;
 pub mod fastpath;
 pub mod fleet;
 pub mod hook_watch;

@@ -241,6 +241,23 @@ fn every_op_with_good_and_bad_input_on_one_connection() {
         let message = refused["error"]["message"].as_str().unwrap();
         assert!(message.starts_with(&format!("admit.{field}: ")), "{message}");
     }
+    // A job's own estimate: a time, more than 0. Before the class has learnt
+    // how far off its estimates run, the answer says it went unused.
+    let e = c.ok(
+        json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 1.0, "estimated_service_ms": 250.0}),
+    );
+    assert!(e["reason"].as_str().unwrap().contains("its estimate unused"), "{e}");
+    for bad in [json!(0.0), json!(-5.0), json!(1e300)] {
+        let refused = c.err(
+            json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 1.0, "estimated_service_ms": bad}),
+            "bad_request",
+        );
+        assert!(refused["error"]["message"].as_str().unwrap().contains("estimated_service_ms"), "{bad}: {refused}");
+    }
+    c.err(
+        json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 1.0, "estimated_service_ms": "soon"}),
+        "bad_request",
+    );
     // A server that can hold a job says so; a fresh job is admitted all the same.
     let h = c.ok(json!({"op": "admit", "class": "chat", "deadline_ms": 1e9, "now_ms": 0.0, "queue_age_ms": 1.0, "can_hold": true}));
     assert_eq!(h["verdict"], json!("admit"));

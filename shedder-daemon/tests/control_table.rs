@@ -77,7 +77,14 @@ fn the_budget_the_controller_decides_is_the_one_the_fast_path_enforces() {
         let jobs = row.phases.iter().flat_map(|(jobs, ticks)| std::iter::repeat_n(*jobs, *ticks as usize));
         let mut decisions = Vec::new();
         for (tick, (queue_age_ms, service_ms, late_by_ms)) in (1..).zip(jobs) {
-            let job = JobSample { class: "interactive".into(), queue_age_ms, service_ms, late_by_ms, attempt: 1 };
+            let job = JobSample {
+                class: "interactive".into(),
+                queue_age_ms,
+                service_ms,
+                late_by_ms,
+                attempt: 1,
+                estimated_service_ms: None,
+            };
             // Clients keep asking: 50 connections/s to the class.
             for _ in 0..5 {
                 memory_bed::syn(&fastpath, 8000);
@@ -220,6 +227,7 @@ fn a_class_whose_dropped_syns_come_back_shows_the_demand_of_its_clients_not_of_t
                 service_ms: 100.0,
                 late_by_ms: None,
                 attempt: 1,
+                estimated_service_ms: None,
             };
             inbox.push(vec![job; 2]).unwrap();
             daemon.control_mut().tick(TICK * tick, monotonic_ns()).unwrap();

@@ -111,8 +111,14 @@ fn the_scrape_counts_what_the_fast_path_did_and_the_servers_pushed() {
     for _ in 0..3 {
         assert_eq!(syn(&fastpath, 7000), Dropped);
     }
-    let retried =
-        JobSample { class: "open".into(), queue_age_ms: 40.0, service_ms: 300.0, late_by_ms: None, attempt: 2 };
+    let retried = JobSample {
+        class: "open".into(),
+        queue_age_ms: 40.0,
+        service_ms: 300.0,
+        late_by_ms: None,
+        attempt: 2,
+        estimated_service_ms: Some(200.0),
+    };
     daemon.control().inbox().push(vec![retried; 3]).unwrap();
     // A scraped bucket's increase: many jobs at one value, each counted.
     let scraped = Observation::Service { ms: 120.0, count: 50_000 };
@@ -135,6 +141,15 @@ fn the_scrape_counts_what_the_fast_path_did_and_the_servers_pushed() {
             assert_eq!(buckets.last().map(|b| b.count), Some(50_003.0), "three samples and a bucket: {buckets:?}")
         }
         other => panic!("shedder_service_seconds is a histogram, not {other:?}"),
+    }
+    // The three were estimated at 200 ms and took 300: 1.5 times the estimate.
+    let error = metrics.samples.iter().find(|s| s.metric == "shedder_estimate_error_ratio").expect("error histogram");
+    match &error.value {
+        prometheus_parse::Value::Histogram(buckets) => {
+            let under = |le: f64| buckets.iter().find(|b| b.less_than == le).map(|b| b.count);
+            assert_eq!((under(1.0), under(2.0)), (Some(0.0), Some(3.0)), "{buckets:?}");
+        }
+        other => panic!("shedder_estimate_error_ratio is a histogram, not {other:?}"),
     }
     assert!(!body.contains("job_id"), "no unbounded labels");
     assert!(body.ends_with("# EOF\n"), "OpenMetrics ends with # EOF");

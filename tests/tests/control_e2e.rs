@@ -66,6 +66,7 @@ fn late_samples_cut_the_class_budget_and_fewer_connections_get_in() {
         service_ms,
         late_by_ms: None,
         attempt: 1,
+        estimated_service_ms: None,
     };
     for _ in 0..10 {
         inbox.push(vec![sample(20.0, 150.0); 10]).unwrap();

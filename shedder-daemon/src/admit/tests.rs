@@ -25,6 +25,7 @@ fn view(curve: ServiceCurve, idle: bool, pressure: bool) -> ClassView {
     ClassView {
         tier: Tier::Standard,
         curve,
+        estimate_error: None,
         slack: s,
         pressure,
         // 8 workers: idle below 4 busy, and after waits of at most 25 ms.
@@ -87,6 +88,7 @@ fn request(age_ms: f64) -> AdmitRequest {
         waiting_ahead: None,
         waiting_behind: None,
         can_hold: false,
+        estimated_service_ms: None,
     }
 }
 
@@ -389,6 +391,61 @@ fn verdicts_follow_the_chance_of_finishing_in_time() {
     // A refusal for a tighter class's sake names it.
     let d = admit(&request(300.0), &beside_chat(short, false), &policy, 0.0, 0.1, &mut rng);
     assert!(d.reason.contains("waited 300 ms, over the 160 ms chat"), "{}", d.reason);
+}
+
+#[test]
+fn a_job_with_an_estimate_is_judged_at_its_own_size() {
+    // The reference class with its tail injected: 65% of jobs take 120 ms, 35% 1.8 s.
+    let mut sketch = crate::sketch::Sketch::new();
+    sketch.add(120.0, 65);
+    sketch.add(1_800.0, 35);
+    let mix = ServiceCurve::of_sketch(&sketch).unwrap();
+    // Estimates of every size off by up to 30%: jobs take 0.9 to 1.3 × their estimate.
+    let mut reported = crate::estimate_error::ErrorSketches::default();
+    for estimate in [100.0, 1_000.0, 3_000.0] {
+        for i in 0..=40 {
+            reported.add(estimate, estimate * (0.9 + 0.01 * f64::from(i)), 1);
+        }
+    }
+    let error = crate::estimate_error::EstimateError::learn(&reported, 20);
+    let learnt = ClassView { estimate_error: error, ..view(mix.clone(), false, true) };
+    let unlearnt = view(mix.clone(), false, true);
+    let light = ClassView { contested: 0.3, ..learnt.clone() };
+    let policy = AdmitPolicy::with_max_queue_age(10_000.0);
+    let sized = |estimate: f64, age: f64| AdmitRequest { estimated_service_ms: Some(estimate), ..request(age) };
+    // (what, view, request, verdict, words in the reason)
+    let rows: Vec<(&str, &ClassView, AdmitRequest, Verdict, &str)> = vec![
+        (
+            "no estimate, 1.4 s left: the class's chance",
+            &learnt,
+            request(1_500.0),
+            Verdict::RejectDeadline,
+            "0.66 < 0.94",
+        ),
+        ("estimated 150 ms, 1.4 s left", &learnt, sized(150.0, 1_500.0), Verdict::Admit, "at its estimated 150 ms"),
+        ("estimated 1.8 s, 1.4 s left", &learnt, sized(1_800.0, 1_500.0), Verdict::RejectDeadline, "estimated 1800 ms"),
+        (
+            "estimated 150 ms, the class's estimates of unknown error",
+            &unlearnt,
+            sized(150.0, 1_500.0),
+            Verdict::RejectDeadline,
+            "its estimate unused",
+        ),
+        ("estimated 2.5 s, fresh, every worker busy", &learnt, sized(2_500.0, 0.0), Verdict::RejectDeadline, "< 0.94"),
+        (
+            "estimated 2.5 s, fresh, the workers seldom all busy",
+            &light,
+            sized(2_500.0, 0.0),
+            Verdict::Admit,
+            "weighed by 0.30, the chance every worker is busy: the server does not say what waits",
+        ),
+    ];
+    let mut rng = SmallRng::seed_from_u64(1);
+    for (what, view, request, verdict, words) in rows {
+        let d = admit(&request, view, &policy, 0.0, 0.1, &mut rng);
+        assert_eq!(d.verdict, verdict, "{what}: {d:?}");
+        assert!(d.reason.contains(words), "{what}: {}", d.reason);
+    }
 }
 
 #[test]

@@ -17,7 +17,7 @@ use crate::{
     config::{ActionName, Config, TenantSpec},
     control::MAX_JOBS,
     daemon::{ChangeError, Daemon},
-    telemetry::samples::SampleError,
+    telemetry::samples::{SampleError, check_estimate_ms},
 };
 
 /// Most decisions one `decisions` answer carries.
@@ -223,6 +223,9 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
             return Err(bad(format!("admit.{name}: {v} is not a finite number")));
         }
     }
+    if let Some(estimate) = request.estimated_service_ms {
+        check_estimate_ms(estimate).map_err(|reason| bad(format!("admit.estimated_service_ms: {reason}")))?;
+    }
     if let Some(age) = request.queue_age_ms
         && age < 0.0
     {
@@ -262,6 +265,7 @@ fn admit_op(daemon: &Daemon, request: &Admit) -> Result<AdmitAnswer, ApiError> {
         waiting_ahead: request.waiting_ahead.map(f64::from),
         waiting_behind: request.waiting_behind.map(f64::from),
         can_hold: request.can_hold,
+        estimated_service_ms: request.estimated_service_ms,
     };
     let ledger = control.admissions();
     let decision = admit(

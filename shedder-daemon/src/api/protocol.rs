@@ -432,6 +432,12 @@ pub struct Admit {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub can_hold: bool,
+    /// The server's estimate of this job's own service time, ms (from its
+    /// prompt length and `max_tokens`, say). With it the job is judged on
+    /// its own size, not on the class's spread of sizes.
+    #[arg(long, value_parser = args::amount)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_service_ms: Option<f64>,
     /// The knobs, as JSON: `{"max_queue_age_ms": …}`, optionally with
     /// `safety_ms`, `retry_after_min_ms`, `retry_after_max_ms` and `jitter`;
     /// by default the class's margin and a stale limit of 60 s (a job queued

@@ -136,6 +136,7 @@ pub use tier::Tier;
 pub use wait_limit::WaitLimit;
 
 use crate::estimate::ClassEstimate;
+use crate::estimate_error::EstimateError;
 use crate::service_curve::ServiceCurve;
 use crate::telemetry::GpuReading;
 
@@ -179,6 +180,10 @@ pub const DEMAND_MEMORY_S: f64 = 1.0;
 pub struct ClassView {
     pub tier: Tier,
     pub curve: ServiceCurve,
+    /// How far off the servers' estimates of a job's service run (service
+    /// over estimate); None until the class has learnt it from samples.
+    #[serde(skip)]
+    pub estimate_error: Option<EstimateError>,
     /// The class's slack and its terms (safety, threshold, wait…).
     pub slack: Slack,
     /// The backend is short of capacity: demand exceeds what it can do in
@@ -488,6 +493,7 @@ impl Controller {
                         .estimates
                         .get(name)
                         .map_or_else(|| ServiceCurve::lognormal(None, 0.0), |e| e.service_curve.clone()),
+                    estimate_error: input.estimates.get(name).and_then(|e| e.estimate_error.clone()),
                     slack: s,
                     pressure: sharing.binding || plan.effective < plan.capacity,
                     idle,

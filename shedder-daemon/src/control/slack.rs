@@ -304,6 +304,7 @@ mod tests {
             queue_age_recent_ms: 2_000,
             service,
             service_curve: ServiceCurve::lognormal(Some(p50), p95),
+            estimate_error: None,
             completions: Completions::default(),
             queue_depth: None,
             kv_cache_usage: None,

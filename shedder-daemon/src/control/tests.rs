@@ -71,6 +71,7 @@ fn estimate(class: &str, queue_age_p95: f64, service_p95: f64) -> ClassEstimate 
         queue_age_recent_ms: 2_000,
         service: dist(service_p95),
         service_curve: ServiceCurve::lognormal(Some(service_p95 / 3.0), service_p95),
+        estimate_error: None,
         completions: Completions::default(),
         queue_depth: None,
         kv_cache_usage: None,

@@ -45,12 +45,19 @@ fn slack_histogram() -> CountedHistogram {
     CountedHistogram::new(buckets)
 }
 
+/// Service over the server's estimate, from 1/16 to 16, doubling: 1 is an
+/// exact estimate.
+fn ratio_histogram() -> CountedHistogram {
+    CountedHistogram::new(exponential_buckets(1.0 / 16.0, 2.0, 9))
+}
+
 /// Distributions fed as they happen. Cloning shares the underlying metrics.
 #[derive(Clone)]
 pub struct Distributions {
     queue_age: Histograms,
     service: Histograms,
     lateness: Histograms,
+    estimate_error: Histograms,
     completions: Family<OutcomeLabel, Counter>,
     retries: Family<ClassLabel, Counter>,
     slack_at_admission: Histograms,
@@ -63,6 +70,7 @@ impl Default for Distributions {
             queue_age: Family::new_with_constructor(seconds_histogram),
             service: Family::new_with_constructor(seconds_histogram),
             lateness: Family::new_with_constructor(seconds_histogram),
+            estimate_error: Family::new_with_constructor(ratio_histogram),
             completions: Family::default(),
             retries: Family::default(),
             slack_at_admission: Family::new_with_constructor(slack_histogram),
@@ -90,6 +98,9 @@ impl Distributions {
                 }
                 Observation::Retry { count } => {
                     self.retries.get_or_create(&class).inc_by(*count);
+                }
+                Observation::EstimateError { estimate_ms, service_ms, count } => {
+                    self.estimate_error.get_or_create(&class).observe(service_ms / estimate_ms, *count);
                 }
                 Observation::QueueDepth(_)
                 | Observation::KvCacheUsage(_)
@@ -127,6 +138,11 @@ impl Distributions {
         );
         registry.register("shedder_service_seconds", "Time workers spent on jobs", self.service.clone());
         registry.register("shedder_completion_lateness_seconds", "How late late jobs completed", self.lateness.clone());
+        registry.register(
+            "shedder_estimate_error_ratio",
+            "Service time over the server's estimate of it, for jobs reported with one",
+            self.estimate_error.clone(),
+        );
         registry.register("shedder_completions", "Jobs completed, on time or late", self.completions.clone());
         registry.register("shedder_retries", "Jobs that were a retry of an earlier attempt", self.retries.clone());
         registry.register(

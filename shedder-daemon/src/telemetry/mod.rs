@@ -30,6 +30,9 @@ pub enum Observation {
     Completion { late_by_ms: Option<f64>, count: u64 },
     /// Jobs that were a retry of an earlier attempt.
     Retry { count: u64 },
+    /// A finished job that the server had estimated: how far off the
+    /// estimates `admit` is given run.
+    EstimateError { estimate_ms: f64, service_ms: f64, count: u64 },
     /// Jobs waiting right now (a gauge, e.g. `vllm:num_requests_waiting`).
     QueueDepth(u64),
     /// Fraction of the KV cache in use, 0..=1 (vLLM's `kv_cache_usage_perc`).

@@ -41,6 +41,10 @@ pub struct JobSample {
     /// so they are counted.
     #[serde(default = "first_attempt")]
     pub attempt: u32,
+    /// The estimate of its service time the server gave `admit`, ms: the
+    /// class learns from it how far off its estimates run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimated_service_ms: Option<f64>,
 }
 
 fn first_attempt() -> u32 {
@@ -59,6 +63,9 @@ impl JobSample {
         if let Some(late) = self.late_by_ms {
             check_ms(late).map_err(|reason| SampleError::field(0, "late_by_ms", reason))?;
         }
+        if let Some(estimate) = self.estimated_service_ms {
+            check_estimate_ms(estimate).map_err(|reason| SampleError::field(0, "estimated_service_ms", reason))?;
+        }
         Ok(())
     }
 }
@@ -68,7 +75,8 @@ impl JobSample {
 /// estimates (and the capacity learnt from them) for a whole window.
 pub const MAX_SAMPLE_MS: f64 = 86_400_000.0;
 
-fn check_ms(value: f64) -> Result<(), String> {
+/// A time a server reports: finite, 0 or more, at most a day.
+pub fn check_ms(value: f64) -> Result<(), String> {
     if !value.is_finite() {
         Err(format!("{value} is not a finite number of milliseconds"))
     } else if value < 0.0 {
@@ -78,6 +86,12 @@ fn check_ms(value: f64) -> Result<(), String> {
     } else {
         Ok(())
     }
+}
+
+/// An estimate of a job's service time: a time, and more than 0.
+pub fn check_estimate_ms(value: f64) -> Result<(), String> {
+    check_ms(value)?;
+    if value == 0.0 { Err("0 ms: an estimate is more than 0".into()) } else { Ok(()) }
 }
 
 /// Why a batch was rejected. Nothing from it was kept.
@@ -258,6 +272,10 @@ pub fn to_observations(samples: &[JobSample]) -> Vec<ClassObservations> {
         if sample.attempt > 1 {
             by_class.entry(&sample.class).or_default().push(Observation::Retry { count: 1 });
         }
+        if let Some(estimate) = sample.estimated_service_ms {
+            let error = Observation::EstimateError { estimate_ms: estimate, service_ms: sample.service_ms, count: 1 };
+            by_class.entry(&sample.class).or_default().push(error);
+        }
     }
     by_class
         .into_iter()
@@ -272,7 +290,7 @@ mod tests {
     use super::*;
 
     fn sample(class: &str, queue_age_ms: f64, service_ms: f64, late_by_ms: Option<f64>) -> JobSample {
-        JobSample { class: class.into(), queue_age_ms, service_ms, late_by_ms, attempt: 1 }
+        JobSample { class: class.into(), queue_age_ms, service_ms, late_by_ms, attempt: 1, estimated_service_ms: None }
     }
 
     #[test]
@@ -312,11 +330,17 @@ mod tests {
         assert_eq!(inbox.pending(), 0);
         assert_eq!(inbox.drain(), Vec::new(), "a drain empties the inbox");
         assert_eq!(inbox.stats(), InboxStats { accepted_samples: 3, rejected_batches: 0 });
+        // A sample with the server's estimate also says how far off it was.
+        let estimated = JobSample { estimated_service_ms: Some(100.0), ..sample("chat", 5.0, 150.0, None) };
+        let observations = &to_observations(&[estimated])[0].observations;
+        let error = Observation::EstimateError { estimate_ms: 100.0, service_ms: 150.0, count: 1 };
+        assert_eq!(observations.last(), Some(&error));
     }
 
     #[test]
     fn one_bad_sample_rejects_the_whole_batch_and_names_the_field() {
-        let cases: [(JobSample, &str, &str); 9] = [
+        let estimated = |estimate| JobSample { estimated_service_ms: Some(estimate), ..sample("a", 1.0, 1.0, None) };
+        let cases: [(JobSample, &str, &str); 11] = [
             (sample("a", -1.0, 1.0, None), "queue_age_ms", "-1 is negative"),
             (sample("a", f64::NAN, 1.0, None), "queue_age_ms", "NaN is not a finite"),
             (sample("a", 1.0, f64::INFINITY, None), "service_ms", "inf is not a finite"),
@@ -326,6 +350,8 @@ mod tests {
             (sample("a", 1.0, 1.0, Some(f64::NEG_INFINITY)), "late_by_ms", "-inf is not a finite"),
             (sample("", 1.0, 1.0, None), "class", "is empty"),
             (sample("  ", 1.0, 1.0, None), "class", "is empty"),
+            (estimated(0.0), "estimated_service_ms", "0 ms: an estimate is more than 0"),
+            (estimated(f64::NAN), "estimated_service_ms", "NaN is not a finite"),
         ];
         for (bad, field, reason) in cases {
             let inbox = SampleInbox::new();

@@ -362,6 +362,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         waiting_ahead: knows_queue.then_some(queue.len() as f64),
                         waiting_behind: None,
                         can_hold: false,
+                        estimated_service_ms: None,
                     };
                     if admit(&request, view, &policy, 0.0, params.retry_share_max, &mut rng).verdict != Verdict::Admit {
                         wasted[i].push_back(t);
@@ -396,6 +397,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         // refusal would not give them its worker.
                         waiting_behind: Some((queue.len() + held.len()) as f64),
                         can_hold: true,
+                        estimated_service_ms: None,
                     };
                     let d = admit(&request, view, &policy, 0.0, params.retry_share_max, &mut rng);
                     if tracing && d.verdict != Verdict::Admit {

@@ -70,6 +70,7 @@ fn main() -> anyhow::Result<()> {
                     service_ms: 80.0 + (k * 13.7) % 1700.0,
                     late_by_ms: (k as u64).is_multiple_of(17).then_some(120.0),
                     attempt: 1,
+                    estimated_service_ms: None,
                 }
             })
             .collect()
