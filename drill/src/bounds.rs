@@ -196,7 +196,15 @@ mod tests {
     use super::*;
 
     fn job(class: usize, service_ms: f64) -> PlannedJob {
-        PlannedJob { id: 0, class, tenant: None, arrival_ms: 0.0, service_ms, injected: false }
+        PlannedJob {
+            id: 0,
+            class,
+            tenant: None,
+            arrival_ms: 0.0,
+            service_ms,
+            injected: false,
+            estimated_service_ms: None,
+        }
     }
 
     /// `count` jobs of `service_ms` for each (class, count, service_ms).

@@ -4,7 +4,7 @@
 
 use rand::rngs::Xoshiro256PlusPlus;
 use rand::{RngExt, SeedableRng};
-use rand_distr::{Distribution, Exp};
+use rand_distr::{Distribution, Exp, StandardNormal};
 
 use crate::phase::{Phase, Phases};
 use crate::sampler::ServiceSampler;
@@ -25,6 +25,9 @@ pub struct PlannedJob {
     pub service_ms: f64,
     /// Whether the service time is the injected tail.
     pub injected: bool,
+    /// What the backend tells `admit` the job will take, ms (the workload's
+    /// `estimate_error`); None where it gives no estimates.
+    pub estimated_service_ms: Option<f64>,
 }
 
 /// Open-loop Poisson arrivals per source (a class, or each of its tenants)
@@ -41,10 +44,9 @@ pub fn plan_jobs(workload: &Workload, seed: u64) -> Vec<PlannedJob> {
         .iter()
         .enumerate()
         .flat_map(|(index, class)| {
-            class
-                .sources()
-                .into_iter()
-                .flat_map(move |source| source_jobs(index, class, &source, affected, &phases, seed))
+            class.sources().into_iter().flat_map(move |source| {
+                source_jobs(index, class, &source, affected, workload.estimate_error, &phases, seed)
+            })
         })
         .collect();
     jobs.sort_by(|a, b| {
@@ -61,6 +63,7 @@ fn source_jobs(
     class: &WorkloadClass,
     source: &Source,
     affected: f64,
+    estimate_error: Option<f64>,
     phases: &Phases,
     seed: u64,
 ) -> Vec<PlannedJob> {
@@ -74,6 +77,7 @@ fn source_jobs(
     let mut services = stream(seed, &name, "service");
     let mut injections = stream(seed, &name, "injection");
     let mut tails = stream(seed, &name, "tail");
+    let mut estimates = stream(seed, &name, "estimate");
     // Candidates at the peak rate, each kept with probability rate(t)/peak
     // (thinning): exact for any schedule, and plain Poisson without one.
     let peak = source.peak_rate();
@@ -87,19 +91,22 @@ fn source_jobs(
         let drawn_ms = sampler.sample(&mut services);
         let affected_draw: f64 = injections.random();
         let tail_draw: f64 = tails.random();
+        let estimate_draw: f64 = StandardNormal.sample(&mut estimates);
         if kept {
             let injected = class
                 .service_time
                 .injected_tail_ms
                 .filter(|_| phases.phase_at(arrival_ms) == Phase::Injected && affected_draw < affected);
             let steady_tail = class.service_time.tail.as_ref().filter(|t| tail_draw < t.fraction).map(|t| t.ms);
+            let service_ms = injected.or(steady_tail).unwrap_or(drawn_ms);
             jobs.push(PlannedJob {
                 id: 0,
                 class: index,
                 tenant: source.tenant,
                 arrival_ms,
-                service_ms: injected.or(steady_tail).unwrap_or(drawn_ms),
+                service_ms,
                 injected: injected.is_some(),
+                estimated_service_ms: estimate_error.map(|spread| service_ms * (spread * estimate_draw).exp()),
             });
         }
         arrival_ms += gap_ms.sample(&mut arrivals);
@@ -130,6 +137,24 @@ mod tests {
 
     fn two_classes() -> Workload {
         Workload::from_toml_str(include_str!("../workloads/two-classes.toml")).unwrap()
+    }
+
+    #[test]
+    fn estimates_are_off_by_their_spread_and_leave_every_other_draw_alone() {
+        let blind = seed_workload();
+        let plan = |spread| plan_jobs(&Workload { estimate_error: spread, ..blind.clone() }, 3);
+        let without = plan(None);
+        assert!(without.iter().all(|j| j.estimated_service_ms.is_none()));
+        for spread in [0.0, 0.5] {
+            let with = plan(Some(spread));
+            let unestimated: Vec<PlannedJob> =
+                with.iter().map(|j| PlannedJob { estimated_service_ms: None, ..j.clone() }).collect();
+            assert_eq!(unestimated, without, "the same jobs at {spread}");
+            let logs: Vec<f64> = with.iter().map(|j| (j.estimated_service_ms.unwrap() / j.service_ms).ln()).collect();
+            let mean = logs.iter().sum::<f64>() / logs.len() as f64;
+            let sd = (logs.iter().map(|l| (l - mean).powi(2)).sum::<f64>() / logs.len() as f64).sqrt();
+            assert!(mean.abs() < 0.02 && (sd - spread).abs() < 0.02, "spread {spread}: mean {mean}, sd {sd}");
+        }
     }
 
     #[test]

@@ -16,6 +16,9 @@ pub const RETRY_POLICIES: [&str; 2] = ["backoff", "immediate"];
 /// The DSCP codepoint shedder's `mark` action writes in the drill (CS1,
 /// "lower effort"); a hedge may not use it.
 pub const MARK_DSCP: u8 = 8;
+/// The widest spread of estimate errors a workload may declare: past it an
+/// estimate is off by more than ×20 one time in three.
+pub const MAX_ESTIMATE_ERROR: f64 = 3.0;
 /// Tenants get source addresses `10.213.0.<FIRST_TENANT_HOST + i>` in the
 /// client namespace; the /24 leaves room for this many.
 pub const MAX_TENANTS: usize = 200;
@@ -41,6 +44,13 @@ pub struct Workload {
     /// CPU the backend's own frontend burns per request before it queues.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub frontend: Option<Frontend>,
+    /// The backend tells `admit` each job's estimated service time (and
+    /// reports it with the job's sample), off from the real one by a
+    /// lognormal factor: this is the spread of its log (0: exact; 0.5: a
+    /// job's estimate is within ×1.65 of the truth two times in three).
+    /// Absent: no estimates, and admission is blind to a job's size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub estimate_error: Option<f64>,
     #[serde(rename = "class")]
     pub classes: Vec<WorkloadClass>,
 }
@@ -253,6 +263,13 @@ impl Workload {
         self.client.validate()?;
         if let Some(frontend) = &self.frontend {
             frontend.validate()?;
+        }
+        if let Some(spread) = self.estimate_error
+            && !(spread.is_finite() && (0.0..=MAX_ESTIMATE_ERROR).contains(&spread))
+        {
+            bail!(
+                "estimate_error: {spread} must be 0 to {MAX_ESTIMATE_ERROR} (the spread of the estimates' log error)"
+            );
         }
         if self.classes.is_empty() {
             bail!("class: at least one [[class]] is required");

@@ -102,6 +102,11 @@ struct Args {
     /// `/metrics`. The backend asks `admit` either way.
     #[arg(long, value_enum, default_value_t = Telemetry::Push)]
     telemetry: Telemetry,
+    /// The backend gives `admit` each job's estimated service time, off by
+    /// a lognormal factor of this spread (the workload's `estimate_error`,
+    /// here for every workload run; 0: exact).
+    #[arg(long)]
+    estimate_error: Option<f64>,
 }
 
 fn main() {
@@ -123,10 +128,16 @@ fn drill(args: &Args) -> anyhow::Result<()> {
         bail!("--modes: name at least one of {}", Mode::ALL.map(Mode::name).join(", "));
     }
     shedder_drill::workload::check_time_scale(args.time_scale).context("--time-scale")?;
-    let entries = match &args.suite {
+    let mut entries: Vec<(Option<String>, Workload)> = match &args.suite {
         Some(path) => SuiteFile::load(path)?.into_iter().map(|(e, w)| (Some(e.name), w)).collect(),
         None => vec![(None, Workload::load(&args.workload)?)],
     };
+    if let Some(spread) = args.estimate_error {
+        for (_, workload) in &mut entries {
+            workload.estimate_error = Some(spread);
+            workload.validate().context("--estimate-error")?;
+        }
+    }
     // Every job in flight holds a socket on each side.
     let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
     setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;

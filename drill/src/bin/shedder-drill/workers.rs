@@ -257,6 +257,7 @@ impl Worker {
                 "service_ms": service_ms,
                 "late_by_ms": (late_by > 0.0).then_some(late_by),
                 "attempt": job.attempt,
+                "estimated_service_ms": planned.estimated_service_ms,
             }));
         }
         Taken::Answered(figures(Response::new(200)).header("X-Drill-Service-Ms", format!("{service_ms:.3}")))
@@ -273,7 +274,8 @@ impl Worker {
         queue_age_ms: f64,
     ) -> Option<Value> {
         let k = self.ctx.time_scale;
-        let request = json!({
+        let estimate = self.ctx.plan[job.id as usize].estimated_service_ms;
+        let mut request = json!({
             "op": "admit",
             "class": class,
             "deadline_ms": deadline_ms,
@@ -292,6 +294,9 @@ impl Worker {
                 "retry_after_max_ms": (30_000.0 * k).round() as u64,
             },
         });
+        if let Some(estimate) = estimate {
+            request["estimated_service_ms"] = json!(estimate);
+        }
         self.admit.as_mut()?.call(&request).await.ok()
     }
 }
