@@ -52,7 +52,7 @@ pub const CHECKS: [Check; 9] = [
                the edited config kept",
     },
     Check {
-        name: "failed-upgrade",
+        name: "failed_upgrade",
         what: "an upgrade whose restart fails (a config broken by hand): dpkg succeeds and says the service did not \
                start again; mended, the service starts again by itself",
     },

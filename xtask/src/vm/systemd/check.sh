@@ -371,7 +371,7 @@ run_check capabilities check_capabilities
 run_check security check_security
 run_check restart check_restart
 run_check upgrade check_upgrade
-run_check failed-upgrade check_failed_upgrade
+run_check failed_upgrade check_failed_upgrade
 run_check journal check_journal
 run_check stop check_stop
 echo "==== journalctl -u shedder"
