@@ -194,17 +194,54 @@ fn reference_tail_completes_at_the_bound_with_nothing_late() {
     assert_eq!(o.shed + o.refused, 0, "steady phase: {o:?}");
 }
 
-#[test]
-fn a_tail_past_the_deadline_still_gets_the_jobs_that_can_make_it() {
-    // A quarter of the jobs take 4 s against a 2 s deadline; 8 workers, 12 jobs/s:
-    // E[service] = 0.75 x ~0.19 + 0.25 x 4 = 1.14 s, so 13.7 worker-s/s are asked of 8.
+/// A quarter of the jobs take 4 s against a 2 s deadline; 8 workers, 12 jobs/s:
+/// E[service] = 0.75 x ~0.19 + 0.25 x 4 = 1.14 s, so 13.7 worker-s/s are asked of 8.
+fn past_the_deadline() -> Workload {
     let mut c = Class::new("long-tail", Tier::Standard, 2_000.0, 150.0, 500.0, 12.0);
     c.tail = Some((0.25, 4_000.0, 0.0, 1e9));
-    let w = Workload { classes: vec![c], workers: 8, duration_s: 60.0, workers_known: true };
+    Workload { classes: vec![c], workers: 8, duration_s: 60.0, workers_known: true }
+}
+
+#[test]
+fn a_tail_past_the_deadline_still_gets_the_jobs_that_can_make_it() {
+    let w = past_the_deadline();
     let j = judge(&w, 10.0, 60.0);
     j.report("tail past the deadline");
     j.reaches("tail past the deadline", 0.9, &[0]);
     j.never_worse_than_off("tail past the deadline");
+}
+
+#[test]
+fn estimates_of_each_jobs_size_finish_more_than_blind_and_no_more_late() {
+    // The server estimates every job's service off by a lognormal factor of
+    // σ 0.5 (within ×1.65 two times in three) and tells `admit`.
+    let estimated = |mut w: Workload| {
+        for c in &mut w.classes {
+            c.estimate_error = Some(0.5);
+        }
+        w
+    };
+    for (what, w, from_s, to_s) in
+        [("reference tail", reference(), 30.0, 60.0), ("tail past the deadline", past_the_deadline(), 10.0, 60.0)]
+    {
+        let blind = outcomes(&w, Mode::Enforce, from_s, to_s)[0];
+        let j = judge(&estimated(w), from_s, to_s);
+        j.report(&format!("{what}, estimated"));
+        let sized = j.enforce[0];
+        assert!(
+            sized.on_time as f64 >= 1.1 * blind.on_time as f64,
+            "{what}: {} on time with estimates against {} blind",
+            sized.on_time,
+            blind.on_time
+        );
+        assert!(sized.late_share() <= blind.late_share() + 0.01, "{what}: late {sized:?} against {blind:?}");
+        j.never_worse_than_off(what);
+    }
+    // Tiers keep their order: a critical 300 ms class keeps its goals beside
+    // batch, both estimated.
+    let j = judge(&estimated(tight_critical_beside_batch()), 5.0, 80.0);
+    j.report("tight critical beside batch, estimated");
+    j.meets_the_tiered_goals("tight critical beside batch, estimated");
 }
 
 #[test]
@@ -223,17 +260,22 @@ fn two_tiers_sharing_workers_protect_the_critical_tier() {
     assert!(rate_during >= 0.9 * rate_before, "critical {rate_during:.1}/s in the tail vs {rate_before:.1}/s before");
 }
 
-#[test]
-fn a_tight_critical_class_beside_a_batch_class_whose_tail_fills_the_queue() {
-    // A time-to-first-token class (300 ms deadline) and a batch class that
-    // together need ~7.5 of 8 workers; from 20 s to 60 s, 30% of batch jobs
-    // take 3 s. `off` serves batch by making critical wait; enforce must keep
-    // critical and still give batch what off gives it: its jobs wait for a
-    // worker critical can spare rather than being refused.
+/// A time-to-first-token class (300 ms deadline) and a batch class that
+/// together need ~7.5 of 8 workers; from 20 s to 60 s, 30% of batch jobs
+/// take 3 s.
+fn tight_critical_beside_batch() -> Workload {
     let ttft = Class::new("ttft", Tier::Critical, 300.0, 80.0, 150.0, 40.0);
     let mut batch = Class::new("batch", Tier::Standard, 5_000.0, 500.0, 1_500.0, 6.0);
     batch.tail = Some((0.3, 3_000.0, 20.0, 60.0));
-    let w = Workload { classes: vec![ttft, batch], workers: 8, duration_s: 80.0, workers_known: true };
+    Workload { classes: vec![ttft, batch], workers: 8, duration_s: 80.0, workers_known: true }
+}
+
+#[test]
+fn a_tight_critical_class_beside_a_batch_class_whose_tail_fills_the_queue() {
+    // `off` serves batch by making critical wait; enforce must keep
+    // critical and still give batch what off gives it: its jobs wait for a
+    // worker critical can spare rather than being refused.
+    let w = tight_critical_beside_batch();
     let j = judge(&w, 5.0, 80.0);
     j.report("tight critical beside batch");
     j.meets_the_tiered_goals("tight critical beside batch");

@@ -38,6 +38,9 @@
 //! `SHAPES_TAIL_SPREAD=30` spreads each tail's jobs around its time (a
 //! lognormal of σ 0.30 with that median) rather than giving them all
 //! exactly that time.
+//! `SHAPES_ESTIMATE_ERROR=50` has the server estimate every job's service,
+//! off by a lognormal factor of σ 0.50, and tell `admit` (the bound stays
+//! the service-blind one).
 //! `SHAPES_SEEDS=6` sums seeds 1–6 rather than 1–3 (twice as long). Judge a
 //! change against the noise: a change that alters nothing but the order of
 //! a few refusals moves a set's sum of figures by tens of points and its
@@ -166,6 +169,7 @@ fn random_shapes_against_off_and_queue_cap() {
     let mut summary = Summary::default();
     let bursts = env("SHAPES_BURSTS").is_some_and(|b| b != 0);
     let tail_spread = env("SHAPES_TAIL_SPREAD").unwrap_or(0) as f64 / 100.0;
+    let estimate_error = env("SHAPES_ESTIMATE_ERROR").map(|e| e as f64 / 100.0);
     for shape in 0..SHAPES as u64 {
         let mut w = draw(&mut rng);
         if bursts {
@@ -173,6 +177,7 @@ fn random_shapes_against_off_and_queue_cap() {
         }
         for c in &mut w.classes {
             c.tail_spread = tail_spread;
+            c.estimate_error = estimate_error;
         }
         if only.is_some_and(|n| n != shape) {
             continue;

@@ -48,6 +48,10 @@ pub struct Class {
     /// The service p95 configured as the class's prior, as the drill
     /// writes one (no p50: a point mass); None configures none.
     pub prior_p95_ms: Option<f64>,
+    /// The server estimates each job's service, off by a lognormal factor
+    /// of this spread, tells `admit` and reports it with the job's service;
+    /// None: no estimates.
+    pub estimate_error: Option<f64>,
 }
 
 impl Class {
@@ -63,6 +67,7 @@ impl Class {
             rates: vec![(0.0, rate)],
             max_rate: rate * 2.0,
             prior_p95_ms: None,
+            estimate_error: None,
         }
     }
 
@@ -118,6 +123,8 @@ struct Job {
     class: usize,
     arrival_ms: f64,
     service_ms: f64,
+    /// The server's estimate of `service_ms`, where it makes one.
+    estimate_ms: Option<f64>,
 }
 
 /// What became of the jobs of one class.
@@ -163,6 +170,8 @@ fn plan(w: &Workload, seed: u64) -> Vec<Job> {
     for (i, c) in w.classes.iter().enumerate() {
         let mut rng = SmallRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(i as u64));
         let service_time = Lognormal::through(c.p50_ms, c.p95_ms).expect("a class's p95 is above its p50");
+        // Its own stream: estimates leave every other draw as it was.
+        let mut estimates = SmallRng::seed_from_u64(seed.wrapping_mul(1_000_003).wrapping_add(i as u64) ^ 0xe57);
         let mut t = 0.0;
         loop {
             let rate = c.rate_at(t).max(1e-9);
@@ -177,7 +186,9 @@ fn plan(w: &Workload, seed: u64) -> Vec<Job> {
             {
                 service = if c.tail_spread > 0.0 { ms * (c.tail_spread * standard_normal(&mut rng)).exp() } else { ms };
             }
-            jobs.push(Job { class: i, arrival_ms: t * 1000.0, service_ms: service });
+            let off_by = standard_normal(&mut estimates);
+            let estimate_ms = c.estimate_error.map(|spread| service * (spread * off_by).exp());
+            jobs.push(Job { class: i, arrival_ms: t * 1000.0, service_ms: service, estimate_ms });
         }
     }
     jobs.sort_by(|a, b| a.arrival_ms.total_cmp(&b.arrival_ms));
@@ -303,6 +314,10 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                     let c = &w.classes[job.class];
                     let late = done - job.arrival_ms > c.deadline_ms;
                     pending.push((t as u64, job.class, Observation::Service { ms: job.service_ms, count: 1 }));
+                    if let Some(estimate_ms) = job.estimate_ms {
+                        let error = Observation::EstimateError { estimate_ms, service_ms: job.service_ms, count: 1 };
+                        pending.push((t as u64, job.class, error));
+                    }
                     let late_by = late.then_some(done - job.arrival_ms - c.deadline_ms);
                     pending.push((t as u64, job.class, Observation::Completion { late_by_ms: late_by, count: 1 }));
                     if counted(job.arrival_ms) {
@@ -362,7 +377,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         waiting_ahead: knows_queue.then_some(queue.len() as f64),
                         waiting_behind: None,
                         can_hold: false,
-                        estimated_service_ms: None,
+                        estimated_service_ms: job.estimate_ms,
                     };
                     if admit(&request, view, &policy, 0.0, params.retry_share_max, &mut rng).verdict != Verdict::Admit {
                         wasted[i].push_back(t);
@@ -397,7 +412,7 @@ pub fn run(w: &Workload, mode: Mode, seed: u64, from_s: f64, to_s: f64) -> Run {
                         // refusal would not give them its worker.
                         waiting_behind: Some((queue.len() + held.len()) as f64),
                         can_hold: true,
-                        estimated_service_ms: None,
+                        estimated_service_ms: job.estimate_ms,
                     };
                     let d = admit(&request, view, &policy, 0.0, params.retry_share_max, &mut rng);
                     if tracing && d.verdict != Verdict::Admit {
