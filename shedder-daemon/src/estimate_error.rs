@@ -16,7 +16,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::{service_curve::ServiceCurve, sketch::Sketch};
+use crate::sketch::Sketch;
 
 /// Half-octaves: an estimate's size class is `⌊2 · log2(estimate_ms)⌋`.
 const SIZES_PER_OCTAVE: f64 = 2.0;
@@ -55,56 +55,52 @@ impl ErrorSketches {
     }
 }
 
-/// The learnt error: per size seen, the curve of service over estimate.
+/// The learnt error: per size seen, service over estimate over the window.
+/// Read on demand, at the size a job's estimate has: a tick builds nothing
+/// for the sizes no job asks about.
 #[derive(Clone, Debug, PartialEq)]
 pub struct EstimateError {
-    by_size: BTreeMap<i32, ServiceCurve>,
+    by_size: BTreeMap<i32, Sketch>,
+    min_samples: u64,
 }
 
 impl EstimateError {
     /// The error, once `min_samples` jobs in all were reported with an
     /// estimate; `None` before.
     pub fn learn(sketches: &ErrorSketches, min_samples: u64) -> Option<Self> {
-        if sketches.count() < min_samples.max(1) {
-            return None;
-        }
-        let sizes = &sketches.by_size;
-        let (lowest, highest) = (*sizes.keys().next()?, *sizes.keys().next_back()?);
-        let mut by_size = BTreeMap::new();
-        for &size in sizes.keys() {
-            let mut pooled = Sketch::new();
-            for reach in 0.. {
-                pooled = Sketch::new();
-                for (_, sketch) in sizes.range(size - reach..=size + reach) {
-                    pooled.merge(sketch);
-                }
-                let everything = size - reach <= lowest && size + reach >= highest;
-                if pooled.count() >= min_samples || everything {
-                    break;
-                }
-            }
-            by_size.insert(size, ServiceCurve::of_sketch(&pooled)?);
-        }
-        Some(EstimateError { by_size })
+        let min_samples = min_samples.max(1);
+        (sketches.count() >= min_samples).then(|| EstimateError { by_size: sketches.by_size.clone(), min_samples })
     }
 
     /// P(service ≤ `ms`) for a job estimated at `estimate_ms` (positive).
     pub fn chance_within(&self, estimate_ms: f64, ms: f64) -> f64 {
-        let size = size_of(estimate_ms);
-        let below = self.by_size.range(..=size).next_back();
-        let above = self.by_size.range(size..).next();
-        let nearest = match (below, above) {
-            (Some(b), Some(a)) => {
-                if size - b.0 <= a.0 - size {
-                    b.1
-                } else {
-                    a.1
-                }
+        let size = self.nearest_size(size_of(estimate_ms));
+        let (lowest, highest) = (self.by_size.keys().next(), self.by_size.keys().next_back());
+        let (Some(&lowest), Some(&highest)) = (lowest, highest) else { return 0.0 };
+        let mut pooled = Sketch::new();
+        for reach in 0.. {
+            pooled = Sketch::new();
+            for (_, sketch) in self.by_size.range(size - reach..=size + reach) {
+                pooled.merge(sketch);
             }
-            (Some((_, curve)), None) | (None, Some((_, curve))) => curve,
-            (None, None) => unreachable!("learnt from at least one size"),
-        };
-        nearest.p_within(ms / estimate_ms)
+            let everything = size - reach <= lowest && size + reach >= highest;
+            if pooled.count() >= self.min_samples || everything {
+                break;
+            }
+        }
+        pooled.share_at_most(ms / estimate_ms).unwrap_or(0.0)
+    }
+
+    /// The size seen nearest `size` (the lower of two as near).
+    fn nearest_size(&self, size: i32) -> i32 {
+        let below = self.by_size.range(..=size).next_back().map(|(s, _)| *s);
+        let above = self.by_size.range(size..).next().map(|(s, _)| *s);
+        match (below, above) {
+            (Some(b), Some(a)) if a - size < size - b => a,
+            (Some(b), _) => b,
+            (None, Some(a)) => a,
+            (None, None) => size,
+        }
     }
 }
 
@@ -134,8 +130,7 @@ mod tests {
         ];
         for (estimate, ms, in_time) in rows {
             let chance = error.chance_within(estimate, ms);
-            // A curve says no more than 99% past its last quantile.
-            let read = if in_time { chance >= 0.99 } else { chance < 0.01 };
+            let read = if in_time { chance == 1.0 } else { chance == 0.0 };
             assert!(read, "{estimate} ms estimated, within {ms} ms: {chance}");
         }
     }
@@ -145,14 +140,14 @@ mod tests {
         let mut sketches = ErrorSketches::default();
         sketches.add(100.0, 100.0, 90);
         sketches.add(150.0, 600.0, 9);
-        assert_eq!(EstimateError::learn(&sketches, 100), None, "99 of 100");
+        assert!(EstimateError::learn(&sketches, 100).is_none(), "99 of 100");
         // Ten jobs at a neighbouring size, whose error is unlike the rest:
         // read with the 90 beside them, not alone, and the 90 with them.
         sketches.add(150.0, 600.0, 1);
         let error = EstimateError::learn(&sketches, 100).unwrap();
         for estimate in [100.0, 150.0] {
             let chance = error.chance_within(estimate, estimate * 1.1);
-            assert!((chance - 0.9).abs() < 0.011, "{estimate}: {chance}");
+            assert!((chance - 0.9).abs() < 1e-9, "{estimate}: {chance}");
         }
     }
 }

@@ -41,6 +41,14 @@ pub struct Sketch {
     sum: f64,
 }
 
+/// Sketches of the same samples are equal (every sketch has the same mapping).
+impl PartialEq for Sketch {
+    fn eq(&self, other: &Self) -> bool {
+        (self.lowest, &self.bins, self.zeros, self.count) == (other.lowest, &other.bins, other.zeros, other.count)
+            && (self.min, self.max, self.sum) == (other.min, other.max, other.sum)
+    }
+}
+
 impl Default for Sketch {
     fn default() -> Self {
         Sketch::new()
@@ -156,6 +164,25 @@ impl Sketch {
         Some(values)
     }
 
+    /// The share of the samples at most `x` (each read at its bin's
+    /// value), in one walk of the bins; None when empty.
+    pub fn share_at_most(&self, x: f64) -> Option<f64> {
+        if self.count == 0 {
+            return None;
+        }
+        if x < 0.0 {
+            return Some(0.0);
+        }
+        let mut within = self.zeros;
+        for (i, &n) in self.bins.iter().enumerate() {
+            if self.mapping.value(self.lowest + i as i32) > x {
+                break;
+            }
+            within += n;
+        }
+        Some(within as f64 / self.count as f64)
+    }
+
     /// The highest bin held, if any.
     fn top(&self) -> Option<i32> {
         (!self.bins.is_empty()).then(|| self.lowest + self.bins.len() as i32 - 1)
@@ -226,6 +253,23 @@ mod tests {
                 (ms, rng.random_range(1..4))
             })
             .collect()
+    }
+
+    #[test]
+    fn the_share_at_most_a_value_counts_every_sample_at_or_below_it() {
+        let mut sketch = Sketch::new();
+        assert_eq!(sketch.share_at_most(1.0), None);
+        for ms in 1..=100 {
+            sketch.add(f64::from(ms), 1);
+        }
+        sketch.add(0.0, 100);
+        // Half the samples are zeros. A bin's value is within 1% of its
+        // samples', so the sample at the edge may read either side (0.005).
+        let rows = [(-1.0, 0.0), (0.0, 0.5), (50.0, 0.75), (1e9, 1.0)];
+        for (x, want) in rows {
+            let got = sketch.share_at_most(x).unwrap();
+            assert!((got - want).abs() <= 0.0051, "at most {x}: {got}, want {want}");
+        }
     }
 
     #[test]
