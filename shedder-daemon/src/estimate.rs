@@ -748,7 +748,7 @@ impl Estimators {
             queue_age_recent_ms,
             service: distribution(&service, state.prior.service()),
             service_curve,
-            estimate_error: EstimateError::learn(&estimate_error, p.min_samples),
+            estimate_error: EstimateError::learn(estimate_error, p.min_samples),
             completions,
             queue_depth: state.queue_depth.and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),
             kv_cache_usage: state.kv_cache.and_then(|(at, value)| Some(Gauge { value, age_ms: fresh(at)? })),

@@ -66,10 +66,11 @@ pub struct EstimateError {
 
 impl EstimateError {
     /// The error, once `min_samples` jobs in all were reported with an
-    /// estimate; `None` before.
-    pub fn learn(sketches: &ErrorSketches, min_samples: u64) -> Option<Self> {
+    /// estimate; `None` before. Takes the window's merged sketches whole:
+    /// the estimator builds them each tick for this alone.
+    pub fn learn(sketches: ErrorSketches, min_samples: u64) -> Option<Self> {
         let min_samples = min_samples.max(1);
-        (sketches.count() >= min_samples).then(|| EstimateError { by_size: sketches.by_size.clone(), min_samples })
+        (sketches.count() >= min_samples).then_some(EstimateError { by_size: sketches.by_size, min_samples })
     }
 
     /// P(service ≤ `ms`) for a job estimated at `estimate_ms` (positive).
@@ -117,7 +118,7 @@ mod tests {
             assert!(sketches.add(3_000.0, 1_500.0, 1));
         }
         assert!(!sketches.add(0.0, 100.0, 1) && !sketches.add(100.0, f64::NAN, 1), "unusable pairs are not kept");
-        let error = EstimateError::learn(&sketches, 20).unwrap();
+        let error = EstimateError::learn(sketches, 20).unwrap();
         // (estimate, ms, in time?): read at its own size, or the nearest seen.
         let rows = [
             (100.0, 110.0, false),
@@ -140,11 +141,11 @@ mod tests {
         let mut sketches = ErrorSketches::default();
         sketches.add(100.0, 100.0, 90);
         sketches.add(150.0, 600.0, 9);
-        assert!(EstimateError::learn(&sketches, 100).is_none(), "99 of 100");
+        assert!(EstimateError::learn(sketches.clone(), 100).is_none(), "99 of 100");
         // Ten jobs at a neighbouring size, whose error is unlike the rest:
         // read with the 90 beside them, not alone, and the 90 with them.
         sketches.add(150.0, 600.0, 1);
-        let error = EstimateError::learn(&sketches, 100).unwrap();
+        let error = EstimateError::learn(sketches, 100).unwrap();
         for estimate in [100.0, 150.0] {
             let chance = error.chance_within(estimate, estimate * 1.1);
             assert!((chance - 0.9).abs() < 1e-9, "{estimate}: {chance}");

@@ -407,7 +407,7 @@ fn a_job_with_an_estimate_is_judged_at_its_own_size() {
             reported.add(estimate, estimate * (0.9 + 0.01 * f64::from(i)), 1);
         }
     }
-    let error = crate::estimate_error::EstimateError::learn(&reported, 20);
+    let error = crate::estimate_error::EstimateError::learn(reported, 20);
     let learnt = ClassView { estimate_error: error, ..view(mix.clone(), false, true) };
     let unlearnt = view(mix.clone(), false, true);
     let light = ClassView { contested: 0.3, ..learnt.clone() };
