@@ -51,9 +51,10 @@ pub fn json_word<T: DeserializeOwned>(text: &str) -> Result<T, String> {
     serde_json::from_value(Value::String(text.into())).map_err(|e| format!("{text:?}: {e}"))
 }
 
-/// A JSON value.
+/// A JSON value; a value of the wrong shape is named by its path (`rules[0].dst_port: ...`).
 pub fn json<T: DeserializeOwned>(text: &str) -> Result<T, String> {
-    serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))
+    let value: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
+    serde_path_to_error::deserialize(value).map_err(|e| e.to_string())
 }
 
 /// A class's mode; `inherit` follows the global mode.

@@ -597,6 +597,9 @@ mod tests {
             let flag = args.iter().rev().find(|a| a.starts_with("--")).unwrap().split('=').next().unwrap();
             assert!(err.contains(flag), "{args:?}: {err}");
         }
+        // Inside a JSON argument, the field itself is named too.
+        let err = sent(&["set-class", "web", "--prior", r#"{"service_p95_ms": "slow"}"#]).unwrap_err();
+        assert!(err.contains("--prior") && err.contains("service_p95_ms: invalid type"), "{err}");
     }
 
     #[test]

@@ -184,22 +184,44 @@ impl Request {
         let Value::Object(object) = &value else {
             return Err(ApiError::new(ErrorCode::BadRequest, "a request is a JSON object, {\"op\": ...}"));
         };
-        let op = match object.get("op") {
+        let mut arguments = object.clone();
+        let op = match arguments.remove("op") {
             Some(Value::String(op)) => op,
             Some(other) => {
                 return Err(ApiError::new(ErrorCode::BadRequest, format!("\"op\" must be a string, got {other}")));
             }
             None => return Err(ApiError::new(ErrorCode::BadRequest, "missing \"op\"")),
         };
-        if !OPS.contains(&op.as_str()) {
-            return Err(ApiError::new(
-                ErrorCode::UnknownOp,
-                format!("unknown op {op:?}; the ops are {}", OPS.join(", ")),
-            ));
-        }
-        let op = op.clone();
-        serde_json::from_value(value).map_err(|e| ApiError::new(ErrorCode::BadRequest, format!("{op}: {e}")))
+        let arguments = Value::Object(arguments);
+        // Each op's arguments are read as its own struct, not through the
+        // tagged enum, which buffers them and so loses the path to a bad field.
+        let read = match op.as_str() {
+            "status" => arguments_of(arguments).map(Self::Status),
+            "get_config" => arguments_of(arguments).map(Self::GetConfig),
+            "set_class" => arguments_of(arguments).map(Self::SetClass),
+            "set_tenant" => arguments_of(arguments).map(Self::SetTenant),
+            "set_mode" => arguments_of(arguments).map(Self::SetMode),
+            "set_rules" => arguments_of(arguments).map(Self::SetRules),
+            "reload" => arguments_of(arguments).map(Self::Reload),
+            "sample" => arguments_of(arguments).map(Self::Sample),
+            "admit" => arguments_of(arguments).map(Self::Admit),
+            "decisions" => arguments_of(arguments).map(Self::Decisions),
+            "version" => arguments_of(arguments).map(Self::Version),
+            _ => {
+                return Err(ApiError::new(
+                    ErrorCode::UnknownOp,
+                    format!("unknown op {op:?}; the ops are {}", OPS.join(", ")),
+                ));
+            }
+        };
+        read.map_err(|e| ApiError::new(ErrorCode::BadRequest, format!("{op}: {e}")))
     }
+}
+
+/// One op's arguments; an error names the field it is about (`samples[2].service_ms:
+/// invalid type: ...`), where there is one.
+fn arguments_of<T: DeserializeOwned>(arguments: Value) -> Result<T, serde_path_to_error::Error<serde_json::Error>> {
+    serde_path_to_error::deserialize(arguments)
 }
 
 /// An op without arguments.
@@ -800,6 +822,58 @@ mod tests {
         assert_eq!(code("{\"op\": \"set_class\", \"class\": \"a\", \"rate\": \"fast\"}"), ErrorCode::BadRequest);
         assert_eq!(code("{\"op\": \"set_mode\", \"mode\": \"sometimes\"}"), ErrorCode::BadRequest);
         assert_eq!(code("{\"op\": \"decisions\", \"n\": -1}"), ErrorCode::BadRequest);
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_is_named() {
+        let rows = [
+            (
+                r#"{"op": "admit", "class": "a", "deadline_ms": "soon", "now_ms": 0}"#,
+                "admit: deadline_ms: invalid type",
+            ),
+            (
+                r#"{"op": "admit", "class": "a", "deadline_ms": 9, "now_ms": 0, "estimated_service_ms": [1]}"#,
+                "admit: estimated_service_ms: invalid type",
+            ),
+            (
+                r#"{"op": "sample", "samples": [{"class": "a", "queue_age_ms": 1, "service_ms": 2},
+                    {"class": "a", "queue_age_ms": 1, "service_ms": "long"}]}"#,
+                "sample: samples[1].service_ms: invalid type",
+            ),
+            (r#"{"op": "set_class", "class": "a", "burst": "deep"}"#, "set_class: burst: invalid type"),
+            (
+                r#"{"op": "set_class", "class": "a", "prior": {"service_p95_ms": "x"}}"#,
+                "set_class: prior.service_p95_ms: invalid type",
+            ),
+            (r#"{"op": "set_class", "class": "a", "tier": "gold"}"#, "set_class: tier: unknown variant"),
+            (r#"{"op": "set_tenant", "tenant": "t", "cidrs": ["10.0.0.0/8", "10.1"]}"#, "set_tenant: cidrs[1]: "),
+            (r#"{"op": "set_rules", "rules": [{"class": "a", "dst_port": 70000}]}"#, "set_rules: rules[0].dst_port: "),
+            (r#"{"op": "decisions", "n": -1}"#, "decisions: n: invalid value"),
+            (r#"{"op": "status", "x": 1}"#, "status: x: unknown field `x`"),
+            (r#"{"op": "admit", "class": "a", "now_ms": 0}"#, "admit: missing field `deadline_ms`"),
+        ];
+        for (line, starts) in rows {
+            let error = Request::parse(line.as_bytes()).unwrap_err();
+            assert_eq!(error.code, ErrorCode::BadRequest, "{line}");
+            assert!(error.message.starts_with(starts), "{line}: {}", error.message);
+        }
+    }
+
+    #[test]
+    fn every_op_reads_as_its_own_request() {
+        for op in OPS {
+            let line = match *op {
+                "set_class" => r#"{"op": "set_class", "class": "a"}"#.to_owned(),
+                "set_tenant" => r#"{"op": "set_tenant", "tenant": "t"}"#.to_owned(),
+                "set_mode" => r#"{"op": "set_mode", "mode": "observe"}"#.to_owned(),
+                "set_rules" => r#"{"op": "set_rules", "rules": []}"#.to_owned(),
+                "sample" => r#"{"op": "sample", "samples": []}"#.to_owned(),
+                "admit" => r#"{"op": "admit", "class": "a", "deadline_ms": 9, "now_ms": 0}"#.to_owned(),
+                other => format!("{{\"op\": \"{other}\"}}"),
+            };
+            let request = Request::parse(line.as_bytes()).unwrap();
+            assert_eq!(serde_json::to_value(&request).unwrap()["op"], *op, "{line}");
+        }
     }
 
     #[test]
