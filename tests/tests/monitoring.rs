@@ -327,9 +327,10 @@ fn every_series_the_rules_and_the_dashboard_read_is_served_by_a_running_daemon()
         ..DaemonOptions::new(daemon_binary(), &ns, "va")
     };
     let daemon = Daemon::start(options, &config()).expect("the daemon starts");
-    // One job on time and one late, so that both outcomes are served.
+    // One job on time and one late, so that both outcomes are served; one
+    // with the server's estimate of its service, for the estimate panel.
     let samples = serde_json::json!({"op": "sample", "samples": [
-        {"class": "default", "queue_age_ms": 5, "service_ms": 40},
+        {"class": "default", "queue_age_ms": 5, "service_ms": 40, "estimated_service_ms": 50},
         {"class": "default", "queue_age_ms": 5, "service_ms": 40, "late_by_ms": 20},
     ]});
     let answer = ctl::call(&daemon.socket(), &samples).expect("the daemon answers");
