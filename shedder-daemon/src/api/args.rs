@@ -51,10 +51,17 @@ pub fn json_word<T: DeserializeOwned>(text: &str) -> Result<T, String> {
     serde_json::from_value(Value::String(text.into())).map_err(|e| format!("{text:?}: {e}"))
 }
 
-/// A JSON value; a value of the wrong shape is named by its path (`rules[0].dst_port: ...`).
+/// A JSON value; a value of the wrong shape is named by its path
+/// (`rules[0].dst_port: ...`). Read straight from the text, not through a
+/// `Value`, which would keep only the last of a key given twice.
 pub fn json<T: DeserializeOwned>(text: &str) -> Result<T, String> {
-    let value: Value = serde_json::from_str(text).map_err(|e| format!("not valid JSON: {e}"))?;
-    serde_path_to_error::deserialize(value).map_err(|e| e.to_string())
+    let mut reader = serde_json::Deserializer::from_str(text);
+    let value = serde_path_to_error::deserialize(&mut reader).map_err(|e| match e.inner().classify() {
+        serde_json::error::Category::Data => e.to_string(),
+        _ => format!("not valid JSON: {}", e.inner()),
+    })?;
+    reader.end().map_err(|e| format!("not valid JSON: {e}"))?;
+    Ok(value)
 }
 
 /// A class's mode; `inherit` follows the global mode.
@@ -80,4 +87,27 @@ pub fn adaptive(text: &str) -> Result<OrNull<AdaptiveSpec>, String> {
     }
     let (min, max) = text.split_once(':').ok_or_else(|| format!("{text:?}: MIN:MAX (jobs/s) or none"))?;
     Ok(Some(AdaptiveSpec { min_rate: amount(min)?, max_rate: amount(max)? }))
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::value::RawValue;
+
+    use super::*;
+    use crate::config::RuleSpec;
+
+    #[test]
+    fn a_json_argument_names_the_field_and_keeps_what_was_typed() {
+        let bad_port = json::<Vec<RuleSpec>>(r#"[{"class": "a", "dst_port": "http"}]"#).unwrap_err();
+        assert!(bad_port.starts_with("[0].dst_port: invalid type"), "{bad_port}");
+        let twice = json::<Vec<RuleSpec>>(r#"[{"class": "a", "class": "b"}]"#).unwrap_err();
+        assert!(twice.contains("duplicate field `class`"), "{twice}");
+        for broken in ["[{", "[] []", ""] {
+            let error = json::<Vec<RuleSpec>>(broken).unwrap_err();
+            assert!(error.starts_with("not valid JSON: "), "{broken:?}: {error}");
+        }
+        // `shedder ctl raw` sends the line as typed, a key given twice included.
+        let raw = json::<Box<RawValue>>(r#"{"op": "version", "op": "status"}"#).unwrap();
+        assert_eq!(raw.get(), r#"{"op": "version", "op": "status"}"#);
+    }
 }
