@@ -127,7 +127,18 @@ async fn admitted_counts_add_each_connection_once() {
         let grants = host.report(epoch, 10.0, count, Held::default()).await;
         assert_eq!(grants.tenants[0].fleet_admitted, total, "{epoch} {count}");
     }
-    assert_eq!(redis.cli(&["HGET", "c:count:a", "admitted:h0"]).unwrap(), "30");
+    assert_eq!(redis.cli(&["HGET", "c:count:a:h0", "admitted"]).unwrap(), "30");
+    // A host's own count is all the fleet keeps of it, and it expires a day
+    // after the host's last report: hosts gone for good leave nothing.
+    assert_eq!(redis.cli(&["HKEYS", "c:count:a"]).unwrap(), "total");
+    for host in ["h0", "h1"] {
+        let kept_ms: u64 = redis.cli(&["PTTL", &format!("c:count:a:{host}")]).unwrap().parse().unwrap();
+        assert!((23 * 3600 * 1000..=24 * 3600 * 1000).contains(&kept_ms), "{host}: {kept_ms} ms");
+    }
+    // Once h1's count has expired, its next run counts from its own start,
+    // and the fleet's total keeps what h1 added before.
+    redis.cli(&["DEL", "c:count:a:h1"]).unwrap();
+    assert_eq!(two.report("e2", 10.0, 4, Held::default()).await.tenants[0].fleet_admitted, 37);
 }
 
 #[tokio::test]

@@ -171,6 +171,7 @@ impl Exchange {
         for ((tenant, usage), held) in settings.tenants.iter().zip(usage).zip(held) {
             call.key(format!("{}:lease:{}", settings.prefix, tenant.name));
             call.key(format!("{}:count:{}", settings.prefix, tenant.name));
+            call.key(format!("{}:count:{}:{}", settings.prefix, tenant.name, settings.host));
             // A demand the script could not order (NaN, infinite) counts as none.
             let demand = if usage.demand.is_finite() { usage.demand.max(0.0) } else { 0.0 };
             call.arg(tenant.quota)

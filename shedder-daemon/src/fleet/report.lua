@@ -4,8 +4,11 @@
 -- KEYS[1]            the fleet's birth time (ms, Redis TIME): absent means
 --                    the state is new or was lost, and leases that hosts
 --                    still hold from before are unknown here
--- KEYS[2i], KEYS[2i+1]  tenant i's leases (hash: host -> JSON) and counts
---                    (hash: total, admitted:HOST, base:HOST = "EPOCH CUM")
+-- KEYS[3i-1], KEYS[3i], KEYS[3i+1]  tenant i's leases (hash: host -> JSON),
+--                    its fleet count (hash: total) and this host's count
+--                    (hash: epoch, cum, admitted), which expires after a day
+--                    without a report, so that hosts gone for good leave
+--                    nothing behind
 -- ARGV: host, lease_ms, epoch, seq, nudge (the prefix of each host's nudge
 --       channel), short_by (how far below its fair share a share may lag
 --       unremarked), then per tenant:
@@ -26,7 +29,11 @@ local nudge, short_by = ARGV[5], tonumber(ARGV[6])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
-local n = (#KEYS - 1) / 2
+local n = (#KEYS - 1) / 3
+-- A host that comes back after this long in the same run counts its run's
+-- admissions again: the count is a figure to watch, and a day is long past
+-- any outage a fleet rides out on its local shares.
+local count_kept_ms = 86400000
 
 -- A lease record, decoded; nil for one that is not what this script
 -- writes (another tool's key, a hand edit), which is then dropped rather
@@ -49,7 +56,7 @@ end
 -- state was lost (a restart from an old snapshot keeps `born`): grace.
 local lost = false
 for i = 1, n do
-  local lease_key = KEYS[2 * i]
+  local lease_key = KEYS[3 * i - 1]
   local a = 6 + (i - 1) * 5
   local held, held_ms = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
   local text = redis.call('HGET', lease_key, host)
@@ -110,7 +117,7 @@ local out = {tostring(now), grace and '1' or '0'}
 -- Hosts to nudge (a set: one message each, whatever the tenants).
 local over = {}
 for i = 1, n do
-  local lease_key, count_key = KEYS[2 * i], KEYS[2 * i + 1]
+  local lease_key, count_key, host_count_key = KEYS[3 * i - 1], KEYS[3 * i], KEYS[3 * i + 1]
   local a = 6 + (i - 1) * 5
   local quota, demand, cum = tonumber(ARGV[a + 1]), tonumber(ARGV[a + 2]), tonumber(ARGV[a + 3])
   local held, held_ms = tonumber(ARGV[a + 4]), tonumber(ARGV[a + 5])
@@ -134,7 +141,7 @@ for i = 1, n do
       peers[h] = r
       if type(r.qt) == 'number' and r.qt < shared then shared = r.qt end
     else
-      -- Gone: its share is free; its counts stay in count_key.
+      -- Gone: its share is free; its count expires on its own.
       redis.call('HDEL', lease_key, h)
     end
   end
@@ -171,19 +178,17 @@ for i = 1, n do
 
   -- Admitted counts: cumulative per counter epoch, so a repeated or late
   -- report adds nothing twice, and a new epoch starts from zero.
-  local base = redis.call('HGET', count_key, 'base:' .. host)
+  local base = redis.call('HMGET', host_count_key, 'epoch', 'cum')
   local delta = cum
-  if base then
-    local base_epoch, base_cum = string.match(base, '^(%S+) (%d+)$')
-    if base_epoch == epoch then delta = cum - tonumber(base_cum) end
-  end
+  if base[1] == epoch then delta = cum - (tonumber(base[2]) or 0) end
   if delta > 0 then
     redis.call('HINCRBY', count_key, 'total', string.format('%d', delta))
-    redis.call('HINCRBY', count_key, 'admitted:' .. host, string.format('%d', delta))
-    redis.call('HSET', count_key, 'base:' .. host, epoch .. ' ' .. string.format('%d', cum))
-  elseif not base then
-    redis.call('HSET', count_key, 'base:' .. host, epoch .. ' 0')
+    redis.call('HINCRBY', host_count_key, 'admitted', string.format('%d', delta))
+    redis.call('HSET', host_count_key, 'epoch', epoch, 'cum', string.format('%d', cum))
+  elseif not base[1] then
+    redis.call('HSET', host_count_key, 'epoch', epoch, 'cum', '0')
   end
+  redis.call('PEXPIRE', host_count_key, count_kept_ms)
   local total = redis.call('HGET', count_key, 'total') or '0'
 
   out[#out + 1] = string.format('%.6f', share)
