@@ -214,12 +214,16 @@ impl Request {
                 ));
             }
         };
-        read.map_err(|e| ApiError::new(ErrorCode::BadRequest, format!("{op}: {e}")))
+        read.map_err(|e| {
+            // Named as the op's own range checks name a field: `admit.deadline_ms`.
+            let field = e.path().iter().any(|s| !matches!(s, serde_path_to_error::Segment::Unknown));
+            let at = if field { format!("{op}.{}", e.path()) } else { op.clone() };
+            ApiError::new(ErrorCode::BadRequest, format!("{at}: {}", e.inner()))
+        })
     }
 }
 
-/// One op's arguments; an error names the field it is about (`samples[2].service_ms:
-/// invalid type: ...`), where there is one.
+/// One op's arguments; an error carries the path to the field it is about.
 fn arguments_of<T: DeserializeOwned>(arguments: Value) -> Result<T, serde_path_to_error::Error<serde_json::Error>> {
     serde_path_to_error::deserialize(arguments)
 }
@@ -827,29 +831,26 @@ mod tests {
     #[test]
     fn a_field_of_the_wrong_type_is_named() {
         let rows = [
-            (
-                r#"{"op": "admit", "class": "a", "deadline_ms": "soon", "now_ms": 0}"#,
-                "admit: deadline_ms: invalid type",
-            ),
+            (r#"{"op": "admit", "class": "a", "deadline_ms": "soon", "now_ms": 0}"#, "admit.deadline_ms: invalid type"),
             (
                 r#"{"op": "admit", "class": "a", "deadline_ms": 9, "now_ms": 0, "estimated_service_ms": [1]}"#,
-                "admit: estimated_service_ms: invalid type",
+                "admit.estimated_service_ms: invalid type",
             ),
             (
                 r#"{"op": "sample", "samples": [{"class": "a", "queue_age_ms": 1, "service_ms": 2},
                     {"class": "a", "queue_age_ms": 1, "service_ms": "long"}]}"#,
-                "sample: samples[1].service_ms: invalid type",
+                "sample.samples[1].service_ms: invalid type",
             ),
-            (r#"{"op": "set_class", "class": "a", "burst": "deep"}"#, "set_class: burst: invalid type"),
+            (r#"{"op": "set_class", "class": "a", "burst": "deep"}"#, "set_class.burst: invalid type"),
             (
                 r#"{"op": "set_class", "class": "a", "prior": {"service_p95_ms": "x"}}"#,
-                "set_class: prior.service_p95_ms: invalid type",
+                "set_class.prior.service_p95_ms: invalid type",
             ),
-            (r#"{"op": "set_class", "class": "a", "tier": "gold"}"#, "set_class: tier: unknown variant"),
-            (r#"{"op": "set_tenant", "tenant": "t", "cidrs": ["10.0.0.0/8", "10.1"]}"#, "set_tenant: cidrs[1]: "),
-            (r#"{"op": "set_rules", "rules": [{"class": "a", "dst_port": 70000}]}"#, "set_rules: rules[0].dst_port: "),
-            (r#"{"op": "decisions", "n": -1}"#, "decisions: n: invalid value"),
-            (r#"{"op": "status", "x": 1}"#, "status: x: unknown field `x`"),
+            (r#"{"op": "set_class", "class": "a", "tier": "gold"}"#, "set_class.tier: unknown variant"),
+            (r#"{"op": "set_tenant", "tenant": "t", "cidrs": ["10.0.0.0/8", "10.1"]}"#, "set_tenant.cidrs[1]: "),
+            (r#"{"op": "set_rules", "rules": [{"class": "a", "dst_port": 70000}]}"#, "set_rules.rules[0].dst_port: "),
+            (r#"{"op": "decisions", "n": -1}"#, "decisions.n: invalid value"),
+            (r#"{"op": "status", "x": 1}"#, "status.x: unknown field `x`"),
             (r#"{"op": "admit", "class": "a", "now_ms": 0}"#, "admit: missing field `deadline_ms`"),
         ];
         for (line, starts) in rows {
