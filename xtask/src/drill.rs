@@ -16,6 +16,26 @@ pub fn run(args: &[String]) -> anyhow::Result<()> {
         cmd::cargo()
             .args(["run", "--release", "--package", "shedder-drill", "--bin", "shedder-drill", "--", "--daemon"])
             .arg(&daemon)
-            .args(args),
+            .args(drill_args(args)),
     )
+}
+
+/// What goes on to the drill: `cargo xtask drill --suite -- --seeds 4` gives
+/// it `--suite --seeds 4`. The drill takes no positional argument, so a `--`
+/// after xtask's first one can only be a separator typed out of habit.
+fn drill_args(args: &[String]) -> impl Iterator<Item = &String> {
+    args.iter().filter(|arg| *arg != "--")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::drill_args;
+
+    #[test]
+    fn a_separator_anywhere_is_left_out() {
+        for typed in [&["--suite", "--", "--seeds", "4"][..], &["--suite", "--seeds", "4"]] {
+            let typed: Vec<String> = typed.iter().map(|a| a.to_string()).collect();
+            assert_eq!(drill_args(&typed).collect::<Vec<_>>(), ["--suite", "--seeds", "4"]);
+        }
+    }
 }
