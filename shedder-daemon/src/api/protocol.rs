@@ -181,10 +181,9 @@ impl Request {
         if let Some(key) = super::strict_json::duplicate_key(line) {
             return Err(ApiError::new(ErrorCode::BadRequest, format!("the key {key:?} is given twice in one object")));
         }
-        let Value::Object(object) = &value else {
+        let Value::Object(mut arguments) = value else {
             return Err(ApiError::new(ErrorCode::BadRequest, "a request is a JSON object, {\"op\": ...}"));
         };
-        let mut arguments = object.clone();
         let op = match arguments.remove("op") {
             Some(Value::String(op)) => op,
             Some(other) => {
