@@ -78,10 +78,12 @@ impl EstimateError {
         let size = self.nearest_size(size_of(estimate_ms));
         let (lowest, highest) = (self.by_size.keys().next(), self.by_size.keys().next_back());
         let (Some(&lowest), Some(&highest)) = (lowest, highest) else { return 0.0 };
+        // Widened a size either side at a time: only the two new edges merge.
         let mut pooled = Sketch::new();
         for reach in 0.. {
-            pooled = Sketch::new();
-            for (_, sketch) in self.by_size.range(size - reach..=size + reach) {
+            for (_, sketch) in
+                self.by_size.range(size - reach..=size + reach).filter(|(at, _)| (*at - size).abs() == reach)
+            {
                 pooled.merge(sketch);
             }
             let everything = size - reach <= lowest && size + reach >= highest;
